@@ -1,0 +1,58 @@
+"""kumiko_jobs: multi-tenant background jobs for Django on Redis and RQ."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kumiko_jobs.definitions import (
+    Backoff,
+    EscapeHatch,
+    MaxPerTenant,
+    TenantVisibleFailure,
+    TenantVisibleRun,
+    cron,
+    job,
+    manual,
+    on_event,
+)
+from kumiko_jobs.exceptions import (
+    EscapeHatchDenied,
+    InvalidPayload,
+    InvalidTenant,
+    QueueUnavailable,
+    UnknownJob,
+    UnrecoverableError,
+)
+
+if TYPE_CHECKING:
+    from kumiko_jobs.dispatching import DispatchResult, dispatch, emit
+
+__all__ = [
+    "Backoff",
+    "DispatchResult",
+    "EscapeHatch",
+    "EscapeHatchDenied",
+    "InvalidPayload",
+    "InvalidTenant",
+    "MaxPerTenant",
+    "QueueUnavailable",
+    "TenantVisibleFailure",
+    "TenantVisibleRun",
+    "UnknownJob",
+    "UnrecoverableError",
+    "cron",
+    "dispatch",
+    "emit",
+    "job",
+    "manual",
+    "on_event",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # dispatch imports the models; keep ``import kumiko_jobs`` safe before apps are ready.
+    if name in ("dispatch", "emit", "DispatchResult"):
+        from kumiko_jobs import dispatching as module
+
+        return getattr(module, name)
+    raise AttributeError(f"module 'kumiko_jobs' has no attribute {name!r}")

@@ -1,0 +1,67 @@
+"""Settings: one dict of defaults, read lazily from ``settings.KUMIKO_JOBS``, never written back."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+CONFIG_DEFAULTS: dict[str, Any] = {
+    # None means: env KUMIKO_REDIS_URL, then the local default.
+    "REDIS_URL": None,
+    "QUEUE_PREFIX": "kumiko",
+    # Dotted path to () -> iterable of tenant ids; needed by per_tenant jobs.
+    "ACTIVE_TENANTS": None,
+    # Dotted path to (user) -> tenant id | None.
+    "USER_TENANT": None,
+    # Dotted path to (tenant_id) -> context manager entered around every handler.
+    "TENANT_ACTIVATOR": "kumiko_jobs.tenancy.scopes_activator",
+    # "app_label.Model" of the tenant model; when set, dispatch() checks that a tenant id exists.
+    "TENANT_MODEL": None,
+    "JOB_MODULE": "jobs",
+    # Seconds a dispatch waits for Redis before raising QueueUnavailable.
+    "REDIS_TIMEOUT": 5.0,
+    # Redis retention of finished job hashes (the JobRun table keeps the history).
+    "RESULT_TTL": 24 * 3600,
+    "FAILURE_TTL": 7 * 24 * 3600,
+    # A worker whose running job has not heartbeaten for this long is considered dead.
+    "ABANDON_AFTER": 30,
+    "HEARTBEAT_INTERVAL": 5,
+    # Extra attempts granted only to runs abandoned by a dead worker (so a deploy's SIGKILL
+    # does not turn a retry-less job into a final failure).
+    "ABANDONED_RETRIES": 1,
+    # Unknown job names found in a queue (rolling deploys) are retried this long before failing.
+    "UNKNOWN_JOB_GRACE": 600,
+    "UNKNOWN_JOB_RETRY_DELAY": 15,
+    # Seconds a positive tenant-existence lookup is cached per process.
+    "TENANT_CACHE_SECONDS": 60,
+    # Escape-hatch audit window in seconds: one audit row per (job, tenant, kind) per window.
+    "AUDIT_WINDOW": 60,
+}
+
+
+def redis_url() -> str:
+    value = get_config()["REDIS_URL"]
+    if value:
+        return str(value)
+    return os.environ.get("KUMIKO_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@cache
+def get_config() -> dict[str, Any]:
+    """The effective settings: defaults overlaid with ``settings.KUMIKO_JOBS``."""
+    user = getattr(settings, "KUMIKO_JOBS", {}) or {}
+    return {**CONFIG_DEFAULTS, **user}
+
+
+@receiver(setting_changed)
+def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KUMIKO_JOBS":
+        get_config.cache_clear()
+        from kumiko_jobs import connection
+
+        connection.reset()

@@ -1,0 +1,132 @@
+"""The job context ``ctx`` handed to every handler."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kumiko_jobs.exceptions import DeferralError, EscapeHatchDenied
+
+if TYPE_CHECKING:
+    from kumiko_jobs.definitions import JobDefinition
+    from kumiko_jobs.dispatching import DispatchResult
+
+process_logger = logging.getLogger("kumiko_jobs.jobs")
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """Returned by ``ctx.defer()``; the handler must return it for the run to be deferred."""
+
+    delay_ms: int
+
+
+class JobLogger:
+    """``ctx.log``: lines land on the run record (info and above) and in Python logging."""
+
+    def __init__(self, job_name: str, attempt: int, extra: Mapping[str, Any] | None = None) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self._job_name = job_name
+        self._attempt = attempt
+        self._extra = dict(extra or {})
+
+    def _add(self, level: str, message: str, args: tuple[Any, ...]) -> None:
+        text = message % args if args else str(message)
+        if self._extra:
+            text = f"{text} {self._extra}"
+        self.lines.append(
+            {"t": datetime.now(UTC).isoformat(), "level": level, "msg": text, "attempt": self._attempt}
+        )
+        process_logger.log(getattr(logging, level.upper()), "[%s] %s", self._job_name, text)
+
+    def debug(self, message: str, *args: Any) -> None:
+        # Debug lines go to Python logging only; run records keep info and above.
+        process_logger.debug("[%s] %s", self._job_name, message % args if args else message)
+
+    def info(self, message: str, *args: Any) -> None:
+        self._add("info", message, args)
+
+    def warning(self, message: str, *args: Any) -> None:
+        self._add("warning", message, args)
+
+    warn = warning
+
+    def error(self, message: str, *args: Any) -> None:
+        self._add("error", message, args)
+
+    def child(self, **extra: Any) -> JobLogger:
+        """A logger whose lines carry ``extra``; lines land on the same run."""
+        child = JobLogger(self._job_name, self._attempt, {**self._extra, **extra})
+        child.lines = self.lines
+        return child
+
+
+@dataclass
+class JobContext:
+    job_name: str
+    run_id: str
+    job_id: str
+    tenant_id: str | None
+    attempt: int
+    final_attempt: bool
+    triggered_by: str | None
+    trigger_name: str
+    correlation_id: str
+    lane: str
+    definition: JobDefinition = field(repr=False)
+    log: JobLogger = field(repr=False)
+    inline: bool = False
+
+    def dispatch(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
+        """Chain a job: same tenant and correlation id unless given."""
+        from kumiko_jobs.dispatching import dispatch
+
+        options.setdefault("tenant", self.tenant_id)
+        options.setdefault("correlation_id", self.correlation_id)
+        return dispatch(name, payload, **options)
+
+    def defer(self, delay_ms: int) -> Deferral:
+        """``return ctx.defer(ms)``: run again after ``delay_ms``, same attempt (max ``max_defers``)."""
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms <= 0:
+            raise ValueError(f"Job {self.job_name!r}: ctx.defer needs a positive integer delay in ms (got {delay_ms!r})")
+        if self.inline:
+            raise DeferralError(f"Job {self.job_name!r}: ctx.defer needs a queued run; it is not available inline (boot gate).")
+        return Deferral(delay_ms)
+
+    def _require_grant(self, grant: str, what: str) -> None:
+        if not self.definition.grants(grant):
+            raise EscapeHatchDenied(
+                f"Job {self.job_name!r} used {what} without a grant. Declare "
+                f'@job(escape_hatch=EscapeHatch("<why>", grants=("{grant}",))) or system_scope=True.'
+            )
+
+    @contextmanager
+    def unscoped(self) -> Iterator[None]:
+        """Global reads and writes (django-scopes disabled). Needs the ``unscoped`` grant."""
+        self._require_grant("unscoped", "ctx.unscoped()")
+        from kumiko_jobs.escape_hatches import unscoped
+
+        with unscoped(self):
+            yield
+
+    @contextmanager
+    def cross_tenant_reads(self) -> Iterator[None]:
+        """Reads across tenants; writes are refused. Needs the ``unscoped`` grant."""
+        self._require_grant("unscoped", "ctx.cross_tenant_reads()")
+        from kumiko_jobs.escape_hatches import cross_tenant_reads
+
+        with cross_tenant_reads(self):
+            yield
+
+    @contextmanager
+    def as_user(self, user: Any) -> Iterator[None]:
+        """Act as ``user`` for writes made through the job. Needs the ``system_identity`` grant."""
+        self._require_grant("system_identity", "ctx.as_user()")
+        from kumiko_jobs.escape_hatches import as_user
+
+        with as_user(self, user):
+            yield

@@ -1,0 +1,63 @@
+"""Every exception kumiko_jobs raises on purpose. Each message says what to do."""
+
+from __future__ import annotations
+
+
+class KumikoJobsError(Exception):
+    """Base class of every kumiko_jobs error."""
+
+
+class UnknownJob(KumikoJobsError, LookupError):
+    """No job is registered under this name."""
+
+    def __init__(self, name: str, close_matches: list[str]) -> None:
+        self.name = name
+        self.close_matches = close_matches
+        hint = f" Did you mean: {', '.join(close_matches)}?" if close_matches else ""
+        super().__init__(
+            f"Unknown job {name!r}.{hint} Jobs are declared with @job in an installed app's jobs module."
+        )
+
+
+class UnknownEvent(KumikoJobsError, ValueError):
+    """An event name that is not a non-empty string."""
+
+
+class InvalidPayload(KumikoJobsError, ValueError):
+    """The payload is not a JSON object; ``path`` names the offending key."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(
+            f"Invalid job payload at {path}: {problem}. Payloads must be JSON objects of str keys and "
+            "str/int/float/bool/None/list/dict values; pass ids instead of model instances or datetimes."
+        )
+
+
+class InvalidTenant(KumikoJobsError, ValueError):
+    """The tenant passed to dispatch() does not exist or has the wrong type."""
+
+
+class QueueUnavailable(KumikoJobsError, ConnectionError):
+    """Redis did not answer in time; nothing was enqueued or recorded."""
+
+
+class UnrecoverableError(KumikoJobsError):
+    """Raise from a handler to fail the run at once, without further retries."""
+
+
+class EscapeHatchDenied(KumikoJobsError, PermissionError):
+    """A job used an escape hatch its declaration does not grant."""
+
+
+class DeferralError(KumikoJobsError, RuntimeError):
+    """ctx.defer() was used where no queued run exists (for example in a boot gate)."""
+
+
+class JobTimeout(KumikoJobsError):
+    """The handler ran longer than the job's ``timeout``."""
+
+
+class MalformedJob(KumikoJobsError, ValueError):
+    """Data popped from a queue could not be decoded into a kumiko job."""

@@ -1,0 +1,134 @@
+"""The job hash as stored in Redis: RQ's field layout with RQ's JSON serializer, never pickle.
+
+``data`` is what RQ expects (zlib-compressed ``[func, instance, args, kwargs]``), so RQ tools
+and django-rq's dashboard can show our jobs; everything kumiko needs travels in ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rq.utils import utcformat
+
+from kumiko_jobs.exceptions import InvalidPayload, MalformedJob
+
+# A real, importable entry point, so a stock RQ worker with the JSON serializer could run it too.
+ENTRY_POINT = "kumiko_jobs.execution.perform_rq_job"
+
+
+@dataclass
+class JobMeta:
+    """What a run carries besides its payload. Short keys: this is written for every job."""
+
+    run_id: str
+    job_name: str
+    lane: str
+    tenant_id: str | None = None
+    triggered_by: str | None = None
+    trigger_name: str = ""
+    correlation_id: str = ""
+    attempt: int = 1
+    max_attempts: int = 1
+    defers: int = 0
+    abandons: int = 0
+    unknown_since: float | None = None
+    trace: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        raw = {
+            "run": self.run_id, "job": self.job_name, "lane": self.lane, "tenant": self.tenant_id,
+            "user": self.triggered_by, "trigger": self.trigger_name, "corr": self.correlation_id,
+            "attempt": self.attempt, "max": self.max_attempts, "defers": self.defers,
+            "abandons": self.abandons,
+        }  # fmt: skip
+        if self.unknown_since is not None:
+            raw["unknown_since"] = self.unknown_since
+        if self.trace:
+            raw["trace"] = self.trace
+        return json.dumps(raw, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> JobMeta:
+        try:
+            d = json.loads(raw)
+            return cls(
+                run_id=str(d["run"]), job_name=str(d["job"]), lane=str(d["lane"]),
+                tenant_id=d.get("tenant"), triggered_by=d.get("user"), trigger_name=d.get("trigger") or "",
+                correlation_id=d.get("corr") or "", attempt=int(d.get("attempt", 1)),
+                max_attempts=int(d.get("max", 1)), defers=int(d.get("defers", 0)),
+                abandons=int(d.get("abandons", 0)), unknown_since=d.get("unknown_since"),
+                trace=dict(d.get("trace") or {}),
+            )  # fmt: skip
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc
+
+
+def encode_data(job_name: str, payload: Mapping[str, Any]) -> bytes:
+    return zlib.compress(json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode())
+
+
+def decode_payload(data: bytes) -> dict[str, Any]:
+    try:
+        try:
+            raw = zlib.decompress(data)
+        except zlib.error:
+            raw = data  # RQ also accepts uncompressed data
+        func, _instance, args, _kwargs = json.loads(raw)
+        payload = args[1]
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MalformedJob(f"job data is not a kumiko job ({exc.__class__.__name__}: {exc})") from exc
+    if func != ENTRY_POINT or not isinstance(payload, dict):
+        raise MalformedJob(f"job data calls {func!r}, not a kumiko job")
+    return payload
+
+
+def job_fields(
+    *, queue_name: str, payload: Mapping[str, Any], meta: JobMeta, now: datetime,
+    timeout: float | None, result_ttl: int, failure_ttl: int, status: str,
+) -> list[Any]:  # fmt: skip
+    """Field/value pairs of a new job hash, in RQ's format."""
+    stamp = utcformat(now)
+    pairs: list[Any] = [
+        "created_at", stamp, "enqueued_at", stamp, "data", encode_data(meta.job_name, payload),
+        "origin", queue_name, "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
+        "status", status, "meta", meta.to_json(), "result_ttl", result_ttl, "failure_ttl", failure_ttl,
+        "timeout", math.ceil(timeout) if timeout else -1, "started_at", "", "ended_at", "",
+        "last_heartbeat", "", "worker_name", "",
+    ]  # fmt: skip
+    return pairs
+
+
+def validate_payload(payload: Any) -> dict[str, Any]:
+    """Check that ``payload`` is a JSON object; raise InvalidPayload naming the bad key path."""
+    if payload is None:
+        return {}
+    if not isinstance(payload, dict):
+        raise InvalidPayload("$", f"expected a dict, got {type(payload).__name__}")
+    _check_value(payload, "$")
+    return payload
+
+
+def _check_value(value: Any, path: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidPayload(path, f"{value!r} is not representable in JSON")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidPayload(f"{path}.{key!r}", f"keys must be str, got {type(key).__name__}")
+            _check_value(item, f"{path}.{key}")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_value(item, f"{path}[{index}]")
+        return
+    raise InvalidPayload(path, f"{type(value).__name__} is not JSON-serialisable")

@@ -1,0 +1,70 @@
+"""Every Redis key and RQ queue name kumiko_jobs uses, derived from ``QUEUE_PREFIX`` in one place.
+
+RQ's own structures (job hashes, queue lists, registries) keep RQ's layout so django-rq's
+dashboard and RQ tooling keep working; their names carry the prefix through the queue name
+(``rq:queue:<prefix>:<lane>``) or the job id (``<tag>-<hex>``). Our own keys live under
+``<prefix>:``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+LANES = ("api", "worker")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str
+
+    @cached_property
+    def id_tag(self) -> str:
+        """Job-id prefix: RQ ids allow only [A-Za-z0-9_-] and live in one global namespace."""
+        tag = _UNSAFE.sub("_", self.prefix)
+        if tag != self.prefix:
+            # Keep 'a:b' and 'a_b' apart after sanitising.
+            tag += "_" + hashlib.sha1(self.prefix.encode(), usedforsecurity=False).hexdigest()[:6]
+        return tag
+
+    def queue_name(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}"
+
+    # RQ structures of a lane -------------------------------------------------------------
+    def queue(self, lane: str) -> str:
+        return f"rq:queue:{self.queue_name(lane)}"
+
+    def started(self, lane: str) -> str:
+        return f"rq:wip:{self.queue_name(lane)}"
+
+    def finished(self, lane: str) -> str:
+        return f"rq:finished:{self.queue_name(lane)}"
+
+    def failed(self, lane: str) -> str:
+        return f"rq:failed:{self.queue_name(lane)}"
+
+    def scheduled(self, lane: str) -> str:
+        return f"rq:scheduled:{self.queue_name(lane)}"
+
+    @staticmethod
+    def job(job_id: str) -> str:
+        return f"rq:job:{job_id}"
+
+    @staticmethod
+    def worker(name: str) -> str:
+        return f"rq:worker:{name}"
+
+    # Our own keys ------------------------------------------------------------------------
+    def claiming(self, lane: str, worker_name: str = "") -> str:
+        """Per-worker list a blocking pop moves an id into before it is claimed (crash-safe)."""
+        return f"{self.prefix}:{lane}:claiming:{worker_name}"
+
+    def claimers(self, lane: str) -> str:
+        """Set of worker names that may hold a claiming list on this lane."""
+        return f"{self.prefix}:{lane}:claimers"
+
+    def reaper_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:reaper"

@@ -1,0 +1,50 @@
+"""``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import redis
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kumiko_jobs.conf import redis_url
+from kumiko_jobs.connection import get_redis
+from kumiko_jobs.keys import LANES
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run a kumiko_jobs worker for one lane (api or worker). SIGTERM finishes the current job, then exits."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--lane", required=True, choices=LANES, help="The lane to consume.")
+        parser.add_argument("--burst", action="store_true", help="Exit when no job is queued or due.")
+        parser.add_argument("--max-jobs", type=positive_int, default=None, help="Exit after N jobs.")
+        parser.add_argument(
+            "--no-scheduler", action="store_true",
+            help="Do not promote delayed jobs or fire schedules in this process (pure executor).",
+        )  # fmt: skip
+        parser.add_argument("--name", default=None, help="Worker name (default: generated).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from kumiko_jobs.worker import LaneWorker
+
+        try:
+            get_redis().ping()
+        except redis.RedisError as exc:
+            raise CommandError(
+                f"Redis at {redis_url()} is not reachable ({exc}). Start Redis or set KUMIKO_JOBS['REDIS_URL']."
+            ) from exc
+        worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
+        level = "DEBUG" if options["verbosity"] > 1 else "INFO"
+        worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=level)

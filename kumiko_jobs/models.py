@@ -1,0 +1,120 @@
+"""Run history and escape-hatch audits, kept in the project's database.
+
+A JobRun is one logical run: retries and deferrals move the same row through its states
+(``queued → running → succeeded | failed``; a retry goes back to ``queued`` with the next
+attempt). State changes are single guarded UPDATEs in ``records.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    DEFERRED = "deferred", "Deferred"
+    DROPPED = "dropped", "Dropped"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.DEFERRED)
+
+
+class JobRun(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job_name = models.CharField(max_length=200)
+    tenant_id = models.CharField(max_length=64, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=1)
+    subject = models.CharField(max_length=500, null=True, blank=True)
+    lane = models.CharField(max_length=16)
+    job_id = models.CharField(max_length=100, unique=True)
+    trigger_name = models.CharField(max_length=200, blank=True, default="")
+    triggered_by = models.CharField(max_length=64, null=True, blank=True)
+    correlation_id = models.CharField(max_length=64, blank=True, default="")
+    payload = models.JSONField(default=dict, blank=True)
+    queued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    logs = models.JSONField(default=list, blank=True)
+    defer_count = models.PositiveIntegerField(default=0)
+    # Per-tenant fan-out wrappers: how many tenant runs this run enqueued.
+    fanout_count = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-queued_at",)
+        indexes = (
+            models.Index(fields=("tenant_id", "status", "-queued_at"), name="kj_run_tenant_status"),
+            models.Index(fields=("job_name", "status", "-queued_at"), name="kj_run_job_status"),
+            models.Index(fields=("lane", "status", "-queued_at"), name="kj_run_lane_status"),
+            models.Index(fields=("status", "-queued_at"), name="kj_run_status"),
+            models.Index(fields=("-queued_at",), name="kj_run_queued_at"),
+            # Small: only unfinished rows, for stale-run repair and "what is running now".
+            models.Index(
+                fields=("status", "updated_at"),
+                name="kj_run_active",
+                condition=Q(status__in=["queued", "running", "deferred"]),
+            ),
+        )
+        constraints = (
+            models.CheckConstraint(
+                condition=Q(status__in=[choice.value for choice in RunStatus]), name="kj_run_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="kj_run_attempt_positive"),
+            models.CheckConstraint(
+                condition=~Q(status__in=["succeeded", "failed", "dropped"]) | Q(finished_at__isnull=False),
+                name="kj_run_finished_has_time",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.job_name} [{self.status}] {self.job_id}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.DROPPED)
+
+
+class EscapeHatchAudit(models.Model):
+    """One row per (job, tenant, kind) and dedup window; ``count`` counts the uses in it."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_name = models.CharField(max_length=200)
+    # "" for runs without a tenant, so the one-row-per-window constraint also holds for them.
+    tenant_id = models.CharField(max_length=64, blank=True, default="")
+    kind = models.CharField(max_length=32)
+    reason = models.TextField()
+    actor = models.CharField(max_length=64)
+    caller = models.CharField(max_length=64, null=True, blank=True)
+    run_id = models.UUIDField(null=True, blank=True)
+    window_start = models.DateTimeField()
+    count = models.PositiveIntegerField(default=1)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ("-last_seen",)
+        indexes = (
+            models.Index(fields=("tenant_id", "-last_seen"), name="kj_audit_tenant"),
+            models.Index(fields=("job_name", "kind", "-last_seen"), name="kj_audit_job_kind"),
+        )
+        constraints = (
+            models.UniqueConstraint(
+                fields=("job_name", "tenant_id", "kind", "window_start"),
+                name="kj_audit_one_per_window",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.job_name} ({self.tenant_id or 'no tenant'})"

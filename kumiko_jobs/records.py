@@ -1,0 +1,128 @@
+"""JobRun state changes. Each is one guarded UPDATE (or an insert that tolerates races).
+
+Workers write a state *before* telling Redis about it, so a crash in between leaves the run
+registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
+that claims it is still running.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError
+
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.models import JobRun, RunStatus
+
+logger = logging.getLogger("kumiko_jobs")
+
+LogLine = dict[str, Any]
+
+
+def new_run_row(
+    *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], queued_at: datetime,
+    status: str = RunStatus.QUEUED, next_attempt_at: datetime | None = None,
+) -> JobRun:  # fmt: skip
+    return JobRun(
+        id=uuid.UUID(meta.run_id), job_name=meta.job_name, tenant_id=meta.tenant_id, status=status,
+        attempt=meta.attempt, max_attempts=meta.max_attempts, lane=meta.lane, job_id=job_id,
+        trigger_name=meta.trigger_name, triggered_by=meta.triggered_by, correlation_id=meta.correlation_id,
+        payload=dict(payload), queued_at=queued_at, next_attempt_at=next_attempt_at, updated_at=queued_at,
+    )  # fmt: skip
+
+
+def insert_queued(rows: Sequence[JobRun]) -> None:
+    """Insert queued rows; a row a fast worker already created wins (ignore_conflicts)."""
+    JobRun.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def mark_running(
+    *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], worker: str, now: datetime
+) -> None:
+    updated = JobRun.objects.filter(pk=meta.run_id).update(
+        status=RunStatus.RUNNING, attempt=meta.attempt, max_attempts=meta.max_attempts, started_at=now,
+        finished_at=None, next_attempt_at=None, worker=worker, updated_at=now,
+    )  # fmt: skip
+    if not updated:
+        # The dispatcher's insert has not landed (or failed): the run still gets its row.
+        row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
+        row.started_at, row.worker = now, worker
+        JobRun.objects.bulk_create([row], ignore_conflicts=True)
+
+
+def mark_succeeded(*, meta: JobMeta, now: datetime, logs: list[LogLine]) -> None:
+    JobRun.objects.filter(pk=meta.run_id).update(
+        status=RunStatus.SUCCEEDED, finished_at=now, updated_at=now, logs=_all_logs(meta, logs),
+        error="", traceback="",
+    )  # fmt: skip
+
+
+def mark_retry(
+    *, meta: JobMeta, now: datetime, next_at: datetime, error: str, traceback: str, logs: list[LogLine],
+    next_attempt: int, max_attempts: int,
+) -> None:  # fmt: skip
+    JobRun.objects.filter(pk=meta.run_id).update(
+        status=RunStatus.QUEUED, attempt=next_attempt, max_attempts=max_attempts, next_attempt_at=next_at,
+        updated_at=now, error=error, traceback=traceback, logs=_all_logs(meta, logs, force_merge=True),
+    )  # fmt: skip
+
+
+def mark_failed(*, meta: JobMeta, now: datetime, error: str, traceback: str, logs: list[LogLine]) -> None:
+    JobRun.objects.filter(pk=meta.run_id).update(
+        status=RunStatus.FAILED, finished_at=now, updated_at=now, next_attempt_at=None, error=error,
+        traceback=traceback, logs=_all_logs(meta, logs, force_merge=True),
+    )  # fmt: skip
+
+
+def mark_deferred(*, meta: JobMeta, now: datetime, next_at: datetime, logs: list[LogLine]) -> None:
+    JobRun.objects.filter(pk=meta.run_id).update(
+        status=RunStatus.DEFERRED, next_attempt_at=next_at, defer_count=meta.defers + 1, updated_at=now,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )  # fmt: skip
+
+
+def mark_requeued(*, meta: JobMeta, now: datetime, next_at: datetime | None, logs: list[LogLine]) -> None:
+    """Back to queued without consuming an attempt (unknown job during a deploy, lost worker)."""
+    JobRun.objects.filter(pk=meta.run_id).update(
+        status=RunStatus.QUEUED, next_attempt_at=next_at, updated_at=now, attempt=meta.attempt,
+        max_attempts=meta.max_attempts, logs=_all_logs(meta, logs, force_merge=True),
+    )  # fmt: skip
+
+
+def mark_failed_without_row(*, job_id: str, run_id: str | None, now: datetime, error: str) -> None:
+    """Malformed data: fail whatever row matches the job id or run id; log if none does."""
+    query = JobRun.objects.filter(job_id=job_id)
+    if run_id:
+        try:
+            query = JobRun.objects.filter(pk=uuid.UUID(run_id)) | query
+        except ValueError:
+            pass
+    if not query.update(status=RunStatus.FAILED, finished_at=now, updated_at=now, error=error):
+        logger.error("kumiko_jobs: malformed job %s has no run record: %s", job_id, error)
+
+
+def _all_logs(meta: JobMeta, logs: list[LogLine], force_merge: bool = False) -> list[LogLine]:
+    # Earlier attempts' lines are kept; reading them back only when there can be any keeps
+    # the common first-attempt success to one UPDATE.
+    if not force_merge and meta.attempt == 1 and meta.defers == 0 and meta.abandons == 0:
+        return logs
+    previous = JobRun.objects.filter(pk=meta.run_id).values_list("logs", flat=True).first()
+    return [*(previous or []), *logs]
+
+
+def safe(write: Any, *args: Any, **kwargs: Any) -> bool:
+    """Run a record write; a database outage is logged, never turned into a job failure."""
+    try:
+        write(*args, **kwargs)
+    except DatabaseError:
+        logger.exception("kumiko_jobs: run record write %s failed", getattr(write, "__name__", write))
+        return False
+    return True
+
+
+def find_runs(job_ids: Iterable[str]) -> dict[str, JobRun]:
+    return {run.job_id: run for run in JobRun.objects.filter(job_id__in=list(job_ids))}

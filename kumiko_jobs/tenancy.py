@@ -1,0 +1,123 @@
+"""Tenants: how dispatch() names them and how a worker activates one around a handler."""
+
+from __future__ import annotations
+
+import contextvars
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from functools import cache
+from typing import Any
+
+from django.apps import apps
+from django.db import models
+from django.utils.module_loading import import_string
+
+from kumiko_jobs.conf import get_config
+from kumiko_jobs.exceptions import InvalidTenant
+
+_current_tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("kumiko_tenant", default=None)
+_known_tenants: dict[str, float] = {}
+
+Activator = Callable[[str | None], AbstractContextManager[Any]]
+
+
+def current_tenant_id() -> str | None:
+    """The tenant of the run being executed in this context (None outside jobs / tenant-less)."""
+    return _current_tenant.get()
+
+
+@contextmanager
+def tenant_context(tenant_id: str | None) -> Iterator[None]:
+    token = _current_tenant.set(tenant_id)
+    try:
+        yield
+    finally:
+        _current_tenant.reset(token)
+
+
+@contextmanager
+def scopes_activator(tenant_id: str | None) -> Iterator[None]:
+    """Default activator: the context variable, plus django-scopes' ``scope(tenant=…)`` if installed."""
+    with ExitStack() as stack:
+        stack.enter_context(tenant_context(tenant_id))
+        scope = _django_scopes_scope()
+        if scope is not None:
+            # Scoped managers filter FKs by this value; an id works without loading the tenant.
+            stack.enter_context(scope(tenant=tenant_id))
+        yield
+
+
+@cache
+def _django_scopes_scope() -> Callable[..., AbstractContextManager[Any]] | None:
+    try:
+        from django_scopes import scope
+    except ImportError:
+        return None
+    return scope  # type: ignore[no-any-return]
+
+
+@cache
+def get_activator() -> Activator:
+    path = get_config()["TENANT_ACTIVATOR"]
+    return import_string(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+
+
+def tenant_model() -> type[models.Model] | None:
+    label = get_config().get("TENANT_MODEL")
+    return apps.get_model(label) if label else None
+
+
+def normalise_tenant(tenant: Any) -> str | None:
+    """The tenant id kept in job metadata: a model instance's pk, or the id itself, as str."""
+    if tenant is None:
+        return None
+    if isinstance(tenant, models.Model):
+        if tenant.pk is None:
+            raise InvalidTenant(f"Tenant {tenant!r} has no primary key yet; save it before dispatching.")
+        return str(tenant.pk)
+    if isinstance(tenant, bool) or not isinstance(tenant, str | int | uuid.UUID):
+        raise InvalidTenant(
+            f"tenant={tenant!r} must be a tenant model instance or its id (str, int or UUID), "
+            f"not {type(tenant).__name__}."
+        )
+    value = str(tenant)
+    if not value or len(value) > 64:
+        raise InvalidTenant(f"tenant id {value!r} must be 1-64 characters.")
+    _check_exists(value)
+    return value
+
+
+def _check_exists(tenant_id: str) -> None:
+    model = tenant_model()
+    if model is None:
+        return
+    now = time.monotonic()
+    seen = _known_tenants.get(tenant_id)
+    if seen is not None and now - seen < float(get_config()["TENANT_CACHE_SECONDS"]):
+        return
+    try:
+        exists = model._default_manager.filter(pk=tenant_id).exists()
+    except (ValueError, TypeError) as exc:
+        raise InvalidTenant(f"tenant id {tenant_id!r} is not a valid {model.__name__} key: {exc}") from exc
+    if not exists:
+        raise InvalidTenant(
+            f"Tenant {tenant_id!r} does not exist ({model._meta.label}). Pass an existing tenant or its id."
+        )
+    _known_tenants[tenant_id] = now
+
+
+def user_id_of(user: Any) -> str | None:
+    if user is None:
+        return None
+    if isinstance(user, models.Model):
+        return None if user.pk is None else str(user.pk)
+    if getattr(user, "is_anonymous", False):
+        return None
+    return str(user)
+
+
+def reset_caches() -> None:
+    _known_tenants.clear()
+    get_activator.cache_clear()

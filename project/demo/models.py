@@ -1,0 +1,28 @@
+"""Demo models: tenants and a tenant-scoped model (django-scopes)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django_scopes import ScopedManager
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(unique=True)
+    active = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Note(models.Model):
+    """Written by demo jobs; scoped, so a job only sees its own tenant's notes."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="notes")
+    text = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ScopedManager(tenant="tenant")
+
+    def __str__(self) -> str:
+        return self.text

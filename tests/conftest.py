@@ -1,0 +1,54 @@
+"""Shared fixtures: every test gets its own Redis key prefix on the real Redis."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from kumiko_jobs.connection import get_keys, get_redis
+
+
+@pytest.fixture(autouse=True)
+def kumiko_prefix(settings: Any) -> Iterator[str]:
+    """A fresh QUEUE_PREFIX per test; its Redis keys are deleted afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "QUEUE_PREFIX": prefix}
+    client = get_redis()  # the real one: a test may point the settings at a dead Redis
+    yield prefix
+    keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def redis_client() -> redis.Redis:
+    return get_redis()
+
+
+@pytest.fixture
+def traces(redis_client: redis.Redis) -> Any:
+    """Read what test jobs recorded (tests/testapp/jobs.py: trace())."""
+
+    def read(kind: str | None = None) -> list[dict[str, Any]]:
+        raw = redis_client.lrange(f"{get_keys().prefix}:trace", 0, -1)
+        entries = [json.loads(item) for item in raw]
+        return [e for e in entries if kind is None or e["kind"] == kind]
+
+    return read
+
+
+
+@pytest.fixture
+def tenants(db: None) -> list[Any]:
+    """The demo tenants (transactional tests flush the seed data, so create them again)."""
+    from project.demo.models import Tenant
+
+    return [
+        Tenant.objects.get_or_create(slug=slug, defaults={"name": name})[0]
+        for name, slug in (("Acme Corp", "acme"), ("Globex", "globex"), ("Initech", "initech"))
+    ]

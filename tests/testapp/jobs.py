@@ -1,0 +1,96 @@
+"""Jobs the test suite dispatches. Each records what happened in Redis under the test's prefix,
+so assertions read real execution traces (also from runjobs subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from kumiko_jobs import Backoff, EscapeHatch, UnrecoverableError, job, on_event
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.context import JobContext
+
+
+def trace(kind: str, **fields: Any) -> None:
+    entry = {"kind": kind, "pid": os.getpid(), "t": time.time(), **fields}
+    get_redis().rpush(f"{get_keys().prefix}:trace", json.dumps(entry))
+
+
+def _ctx_fields(ctx: JobContext) -> dict[str, Any]:
+    return {
+        "job": ctx.job_name, "run_id": ctx.run_id, "job_id": ctx.job_id, "tenant": ctx.tenant_id,
+        "attempt": ctx.attempt, "final": ctx.final_attempt, "user": ctx.triggered_by,
+        "trigger": ctx.trigger_name, "corr": ctx.correlation_id, "lane": ctx.lane,
+    }  # fmt: skip
+
+
+@job(name="tests.record")
+def record(payload: dict[str, Any], ctx: JobContext) -> None:
+    ctx.log.info("recording %s", payload.get("n"))
+    trace("record", payload=payload, **_ctx_fields(ctx))
+
+
+@job(name="tests.api_record", lane="api")
+def api_record(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("api_record", payload=payload, **_ctx_fields(ctx))
+
+
+@job(name="tests.flaky", retries=2, backoff=Backoff("exponential", delay_ms=50))
+def flaky(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("flaky", **_ctx_fields(ctx))
+    if ctx.attempt < int(payload.get("succeed_on", 99)):
+        raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
+
+
+@job(name="tests.unrecoverable", retries=3)
+def unrecoverable(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("unrecoverable", **_ctx_fields(ctx))
+    raise UnrecoverableError("this cannot work")
+
+
+@job(name="tests.slow", timeout=0.5, retries=1)
+def slow(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("slow_start", **_ctx_fields(ctx))
+    time.sleep(float(payload.get("seconds", 2)))
+    trace("slow_end", **_ctx_fields(ctx))
+
+
+@job(name="tests.sleeper", retries=1)
+def sleeper(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("sleeper_start", **_ctx_fields(ctx))
+    time.sleep(float(payload.get("seconds", 1)))
+    trace("sleeper_end", **_ctx_fields(ctx))
+
+
+@job(name="tests.on_invoice", trigger=[on_event("invoice.created"), on_event("invoice.paid", where={"kind": "refund"})])
+def on_invoice(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("on_invoice", payload=payload, **_ctx_fields(ctx))
+
+
+@job(name="tests.chain")
+def chain(payload: dict[str, Any], ctx: JobContext) -> None:
+    result = ctx.dispatch("tests.record", {"n": "chained"})
+    trace("chain", child=result.job_id, **_ctx_fields(ctx))
+
+
+@job(name="tests.defer", max_defers=2)
+def defer(payload: dict[str, Any], ctx: JobContext) -> Any:
+    trace("defer", **_ctx_fields(ctx))
+    if payload.get("times", 0) > 0:
+        key = f"{get_keys().prefix}:defer:{ctx.run_id}"
+        if get_redis().incr(key) <= payload["times"]:
+            return ctx.defer(int(payload.get("ms", 20)))
+    return None
+
+
+@job(name="tests.per_tenant", per_tenant=True)
+def per_tenant(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("per_tenant", payload=payload, **_ctx_fields(ctx))
+
+
+@job(name="tests.hatch", escape_hatch=EscapeHatch("tests read across tenants", grants=("unscoped",)))
+def hatch(payload: dict[str, Any], ctx: JobContext) -> None:
+    with ctx.unscoped():
+        trace("hatch", **_ctx_fields(ctx))
