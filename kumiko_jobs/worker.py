@@ -14,9 +14,9 @@ from typing import Any
 
 import redis
 from rq import Queue
-from rq.exceptions import ShutDownImminentException
+from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
-from rq.worker import SimpleWorker, StopRequested, WorkerStatus
+from rq.worker import SimpleWorker, WorkerStatus
 
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
@@ -95,10 +95,7 @@ class LaneWorker(SimpleWorker):
             member = f"{job.job_id}:{execution_id}"
             assert self._heartbeat is not None
             self._heartbeat.member = member
-            try:
-                outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane)
-            except ShutDownImminentException:
-                raise
+            outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane)
             self._heartbeat.member = ""
             self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
             pending = (job.job_id, member, outcome)
