@@ -1,0 +1,188 @@
+"""Execution paths through drain(): the same code the lane worker runs, in-process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import EscapeHatchDenied, dispatch
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.context import JobContext, JobLogger
+from kumiko_jobs.dispatching import prepare, push
+from kumiko_jobs.fanout import child_job_id
+from kumiko_jobs.models import EscapeHatchAudit, JobRun, RunStatus
+from kumiko_jobs.registry import registry
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_retries_carry_attempt_and_final_attempt(traces: Any) -> None:
+    result = dispatch("tests.flaky", {"succeed_on": 3})
+    assert drain() == {"retried": 2, "succeeded": 1}
+    assert [(e["attempt"], e["final"]) for e in traces("flaky")] == [(1, False), (2, False), (3, True)]
+    # Exponential backoff with delay_ms=50: gaps of at least 50 ms, then 100 ms.
+    times = [e["t"] for e in traces("flaky")]
+    assert times[1] - times[0] >= 0.05
+    assert times[2] - times[1] >= 0.10
+    run = JobRun.objects.get(pk=result.run_id)
+    assert (run.status, run.attempt, run.max_attempts) == (RunStatus.SUCCEEDED, 3, 3)
+    errors = [line["msg"] for line in run.logs if line["level"] == "error"]
+    assert errors == ["RuntimeError: flaky failure on attempt 1", "RuntimeError: flaky failure on attempt 2"]
+
+
+def test_final_failure_after_all_attempts(traces: Any, caplog: pytest.LogCaptureFixture) -> None:
+    result = dispatch("tests.flaky", {"succeed_on": 99, "secret": "s3cr3t"})
+    assert drain() == {"retried": 2, "failed": 1}
+    run = JobRun.objects.get(pk=result.run_id)
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 3)
+    assert run.error == "RuntimeError: flaky failure on attempt 3"
+    assert "Traceback" in run.traceback and run.finished_at is not None
+    failed_lines = [r for r in caplog.records if "job failed" in r.getMessage()]
+    assert [(r.attempt, r.final) for r in failed_lines] == [(1, False), (2, False), (3, True)]  # type: ignore[attr-defined]
+    assert all("s3cr3t" not in r.getMessage() for r in caplog.records)
+
+
+def test_unrecoverable_error_fails_at_once(traces: Any, redis_client: Any) -> None:
+    result = dispatch("tests.unrecoverable", {})
+    assert drain() == {"failed": 1}
+    assert len(traces("unrecoverable")) == 1
+    run = JobRun.objects.get(pk=result.run_id)
+    assert (run.status, run.attempt, run.error) == ("failed", 1, "UnrecoverableError: this cannot work")
+    assert redis_client.zscore(get_keys().failed("worker"), result.job_id) is not None
+
+
+def test_timeout_stops_the_handler_and_retries(traces: Any) -> None:
+    result = dispatch("tests.slow", {"seconds": 3})
+    assert drain() == {"retried": 1, "failed": 1}
+    assert len(traces("slow_start")) == 2 and traces("slow_end") == []
+    run = JobRun.objects.get(pk=result.run_id)
+    assert "exceeded its timeout of 0.5s" in run.error
+
+
+def test_defer_reruns_with_same_attempt(traces: Any) -> None:
+    result = dispatch("tests.defer", {"times": 2, "ms": 30})
+    assert drain() == {"deferred": 2, "succeeded": 1}
+    entries = traces("defer")
+    assert [e["attempt"] for e in entries] == [1, 1, 1]
+    assert entries[1]["t"] - entries[0]["t"] >= 0.03
+    run = JobRun.objects.get(pk=result.run_id)
+    assert (run.status, run.defer_count, run.attempt) == ("succeeded", 2, 1)
+
+
+def test_more_deferrals_than_max_defers_fail_naming_the_cap() -> None:
+    result = dispatch("tests.defer", {"times": 3, "ms": 10})
+    assert drain() == {"deferred": 2, "failed": 1}
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.status == "failed"
+    assert "deferred 2 times (max_defers)" in run.error
+
+
+def test_defer_needs_positive_integer_delay() -> None:
+    ctx = _context("tests.defer")
+    for bad in (0, -5, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="positive integer delay"):
+            ctx.defer(bad)  # type: ignore[arg-type]
+    inline = dataclasses.replace(ctx, inline=True)
+    with pytest.raises(RuntimeError, match="not available inline"):
+        inline.defer(10)
+
+
+def test_unknown_job_in_queue_is_retried_during_grace_then_fails(settings: Any, redis_client: Any) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "UNKNOWN_JOB_GRACE": 0.3, "UNKNOWN_JOB_RETRY_DELAY": 0.1}
+    future = dataclasses.replace(registry.get("tests.record"), name="tests.from_the_future")
+    prepared = prepare(future, {}, tenant_id=None, user_id=None)
+    push([prepared])
+    from kumiko_jobs.records import insert_queued
+
+    insert_queued([prepared.row])
+    assert drain(timeout=0.05) == {"requeued": 1}
+    run = JobRun.objects.get(job_id=prepared.job_id)
+    assert run.status == "queued" and "Unknown job" in run.logs[-1]["msg"]
+    assert redis_client.zscore(get_keys().scheduled("worker"), prepared.job_id) is not None
+    counts = drain(timeout=2)
+    assert counts["failed"] == 1 and counts["requeued"] >= 1
+    run.refresh_from_db()
+    assert run.status == "failed" and "Unknown job 'tests.from_the_future'" in run.error
+
+
+def test_malformed_job_fails_and_drain_keeps_going(redis_client: Any, traces: Any) -> None:
+    keys = get_keys()
+    bad_id = f"{keys.id_tag}-garbage"
+    redis_client.hset(keys.job(bad_id), mapping={"data": b"not zlib json", "meta": "{}"})
+    redis_client.rpush(keys.queue("worker"), bad_id)
+    dispatch("tests.record", {"n": 1})
+    assert drain() == {"failed": 1, "succeeded": 1}
+    assert redis_client.zscore(keys.failed("worker"), bad_id) is not None
+    assert len(traces("record")) == 1
+
+
+def test_per_tenant_fans_out_once_per_active_tenant(tenants: list[Any], traces: Any) -> None:
+    result = dispatch("tests.per_tenant", {"x": 1})
+    wrapper = JobRun.objects.get(pk=result.run_id)
+    assert wrapper.job_name == "_per_tenant:tests.per_tenant"
+    drain()
+    assert sorted(e["tenant"] for e in traces("per_tenant")) == sorted(str(t.pk) for t in tenants)
+    assert all(e["payload"] == {"x": 1} for e in traces("per_tenant"))
+    wrapper.refresh_from_db()
+    assert (wrapper.status, wrapper.fanout_count) == ("succeeded", 3)
+
+
+def test_fan_out_retry_never_enqueues_a_tenant_twice(tenants: list[Any], traces: Any, redis_client: Any) -> None:
+    from kumiko_jobs.fanout import run_fan_out
+    from kumiko_jobs.jobdata import JobMeta
+
+    result = dispatch("tests.per_tenant", {})
+    meta_raw = redis_client.hget(get_keys().job(result.job_id), "meta")
+    meta = JobMeta.from_json(meta_raw)
+    # Run the wrapper twice (as a retry would) and also after Redis forgot the children.
+    run_fan_out(result.job_id, meta, {}, worker="w", consumer_lane="worker")
+    for tenant in tenants:
+        redis_client.delete(get_keys().job(child_job_id(result.job_id, str(tenant.pk))))
+    run_fan_out(result.job_id, meta, {}, worker="w", consumer_lane="worker")
+    assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 3
+
+
+def test_escape_hatch_denied_without_grant() -> None:
+    ctx = _context("tests.record")
+    with pytest.raises(EscapeHatchDenied, match=r"tests\.record.*grants=\(\"unscoped\",\)"), ctx.unscoped():
+        pass
+    with pytest.raises(EscapeHatchDenied, match="system_identity"), ctx.as_user("u"):
+        pass
+
+
+def test_escape_hatch_use_is_audited_once_per_window(traces: Any, tenants: list[Any]) -> None:
+    for _ in range(3):
+        dispatch("tests.hatch", {}, tenant=tenants[0])
+    dispatch("tests.hatch", {}, tenant=tenants[1])
+    drain()
+    assert len(traces("hatch")) == 4
+    audits = {a.tenant_id: a for a in EscapeHatchAudit.objects.all()}
+    assert set(audits) == {str(tenants[0].pk), str(tenants[1].pk)}
+    first = audits[str(tenants[0].pk)]
+    assert (first.count, first.kind, first.reason) == (3, "unscoped", "tests read across tenants")
+
+
+def test_job_logger_levels_and_child_context() -> None:
+    log = JobLogger("x", attempt=2)
+    log.info("a %s", 1)
+    log.debug("dropped")
+    log.child(step="b").warning("w")
+    log.error("e")
+    assert [(line["level"], line["msg"], line["attempt"]) for line in log.lines] == [
+        ("info", "a 1", 2),
+        ("warning", "w {'step': 'b'}", 2),
+        ("error", "e", 2),
+    ]
+    json.dumps(log.lines)
+
+
+def _context(name: str) -> JobContext:
+    definition = registry.get(name)
+    return JobContext(
+        job_name=name, run_id="r", job_id="j", tenant_id=None, attempt=1, final_attempt=True, triggered_by=None,
+        trigger_name="", correlation_id="c", lane=definition.lane, definition=definition, log=JobLogger(name, 1),
+    )  # fmt: skip
