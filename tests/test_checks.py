@@ -1,0 +1,121 @@
+"""System checks: each rule reports one error with a stable id and a hint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import Error, Warning
+from django.core.management import call_command
+
+from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, cron, job, on_event
+from kumiko_jobs.checks import check_definition, check_jobs, check_settings
+from kumiko_jobs.definitions import build_definition
+from kumiko_jobs.registry import registry
+
+
+def handler(payload: dict[str, Any], ctx: Any) -> None:
+    """A module-level handler, importable as the checks require."""
+
+
+def ids(**options: Any) -> list[str]:
+    return [m.id or "" for m in check_definition(build_definition(handler, "t.job", options))]
+
+
+def test_valid_declaration_has_no_errors() -> None:
+    assert ids(
+        trigger=[cron("0 7 * * *", tz="Europe/Berlin"), on_event("a.b", where={"k": 1})],
+        lane="api", retries=3, backoff="exponential", timeout=30, max_per_tenant=MaxPerTenant(2, "defer", 500),
+        escape_hatch=EscapeHatch("nightly export", grants=("unscoped",)), max_defers=0, concurrency="sequential",
+    ) == []  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"lane": "both"}, "kumiko_jobs.E001"),
+        ({"trigger": cron("0 7 * *")}, "kumiko_jobs.E003"),
+        ({"trigger": cron("61 7 * * *")}, "kumiko_jobs.E003"),
+        ({"trigger": cron("0 7 * * *", tz="Mars/Olympus")}, "kumiko_jobs.E004"),
+        ({"escape_hatch": EscapeHatch("  ")}, "kumiko_jobs.E005"),
+        ({"escape_hatch": EscapeHatch("why", grants=("root",))}, "kumiko_jobs.E006"),
+        ({"escape_hatch": EscapeHatch("why", grants=())}, "kumiko_jobs.E006"),
+        ({"boot_gate": True, "run_on_boot": True}, "kumiko_jobs.E007"),
+        ({"max_per_tenant": 0}, "kumiko_jobs.E008"),
+        ({"max_per_tenant": MaxPerTenant(2, "queue")}, "kumiko_jobs.E008"),  # type: ignore[arg-type]
+        ({"max_per_tenant": MaxPerTenant(2, "defer", 0)}, "kumiko_jobs.E008"),
+        ({"backoff": "linear"}, "kumiko_jobs.E009"),
+        ({"backoff": Backoff("fixed", delay_ms=-1)}, "kumiko_jobs.E009"),
+        ({"timeout": 0}, "kumiko_jobs.E010"),
+        ({"timeout": "5m"}, "kumiko_jobs.E010"),
+        ({"max_defers": -1}, "kumiko_jobs.E011"),
+        ({"retries": -1}, "kumiko_jobs.E014"),
+        ({"retries": 1.5}, "kumiko_jobs.E014"),
+        ({"concurrency": "exclusive"}, "kumiko_jobs.E015"),
+        ({"concurrency_scope": "tenants"}, "kumiko_jobs.E015"),
+        ({"debounce_ms": 0}, "kumiko_jobs.E015"),
+        ({"trigger": on_event([])}, "kumiko_jobs.E016"),
+        ({"trigger": "daily"}, "kumiko_jobs.E016"),
+    ],
+)
+def test_each_rule_reports_its_id(options: dict[str, Any], code: str) -> None:
+    assert ids(**options) == [code]
+
+
+def test_error_message_and_hint_are_exact() -> None:
+    [error] = check_definition(build_definition(handler, "t.job", {"lane": "both"}))
+    assert error == Error(
+        "Job 't.job': lane 'both' is not allowed.",
+        hint='Use lane="api" (short, CPU-light jobs) or "worker".',
+        obj="tests.test_checks.handler",
+        id="kumiko_jobs.E001",
+    )
+
+
+def test_nested_handler_is_not_importable() -> None:
+    def nested(payload: dict[str, Any], ctx: Any) -> None: ...
+
+    assert [m.id for m in check_definition(build_definition(nested, "t.nested", {}))] == ["kumiko_jobs.E012"]
+
+
+def test_per_tenant_without_active_tenants(settings: Any) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": None}
+    assert ids(per_tenant=True) == ["kumiko_jobs.E017"]
+
+
+def test_duplicate_names_are_reported() -> None:
+    with registry.isolated():
+        job(name="dup.one")(handler)
+        job(name="dup.one")(test_duplicate_names_are_reported)  # type: ignore[arg-type]
+        errors = [m for m in check_jobs() if m.id == "kumiko_jobs.E002"]
+    assert len(errors) == 1 and "Duplicate job name 'dup.one'" in errors[0].msg
+
+
+def test_unknown_option_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['retry'\]"):
+        build_definition(handler, "t.job", {"retry": 3})
+
+
+@pytest.mark.parametrize(
+    ("override", "code", "fragment"),
+    [
+        ({"REDIS_URL": "http://x"}, "kumiko_jobs.E013", "is not a Redis URL"),
+        ({"QUEUE_PREFIX": "bad prefix!"}, "kumiko_jobs.E013", "QUEUE_PREFIX"),
+        ({"ACTIVE_TENANTS": "nowhere.tenants"}, "kumiko_jobs.E013", "ACTIVE_TENANTS"),
+        ({"TENANT_MODEL": "demo.Nope"}, "kumiko_jobs.E013", "TENANT_MODEL"),
+        ({"RESULT_TTL": 0}, "kumiko_jobs.E013", "RESULT_TTL"),
+        ({"HEARTBEAT_INTERVAL": 20, "ABANDON_AFTER": 30}, "kumiko_jobs.E013", "twice HEARTBEAT_INTERVAL"),
+        ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
+    ],
+)
+def test_settings_checks(settings: Any, override: dict[str, Any], code: str, fragment: str) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, **override}
+    messages = check_settings()
+    assert [m.id for m in messages] == [code]
+    assert fragment in messages[0].msg and messages[0].hint
+    assert isinstance(messages[0], Warning if code.endswith("W001") else Error)
+
+
+@pytest.mark.django_db
+def test_project_passes_manage_py_check() -> None:
+    call_command("check", "--fail-level", "WARNING")
