@@ -29,7 +29,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "RESULT_TTL": 24 * 3600,
     "FAILURE_TTL": 7 * 24 * 3600,
     # A worker whose running job has not heartbeaten for this long is considered dead.
-    "ABANDON_AFTER": 30,
+    "ABANDON_AFTER": 20,
     "HEARTBEAT_INTERVAL": 5,
     # Extra attempts granted only to runs abandoned by a dead worker (so a deploy's SIGKILL
     # does not turn a retry-less job into a final failure).

@@ -24,6 +24,7 @@ from kumiko_jobs.conf import get_config, redis_url
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import EventTrigger, JobDefinition
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
+from kumiko_jobs.gates import Gates, gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields, validate_payload
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.observability import current_trace_carrier, current_correlation_id
@@ -47,14 +48,25 @@ class DispatchResult:
 
 @dataclass
 class PreparedJob:
-    """One job ready to push: its hash fields, where it goes, and its run row."""
+    """One job ready to push: its hash fields, where it goes, its gates and its run row."""
 
     job_id: str
     lane: str
     fields: list[Any]
     row: JobRun
+    gates: Gates
     run_at: float = 0.0
     unique: bool = False
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What Redis said about one push."""
+
+    status: Literal["queued", "duplicate", "skipped", "debounced"]
+    reason: str | None = None
+    dropped: tuple[str, ...] = ()
+    pending_job_id: str | None = None
 
 
 def dispatch(
@@ -78,8 +90,7 @@ def dispatch(
         definition, body, tenant_id=normalise_tenant(tenant), user_id=user_id_of(user),
         correlation_id=correlation_id, trigger_name=trigger_name, delay=delay,
     )  # fmt: skip
-    submit([prepared])
-    return DispatchResult(definition.name, "queued", prepared.job_id, str(prepared.row.id))
+    return submit([prepared])[0]
 
 
 def emit(
@@ -96,8 +107,7 @@ def emit(
         for d in registry.for_event(event)
         if any(isinstance(t, EventTrigger) and t.matches(event, body) for t in d.triggers)
     ]
-    submit(prepared)
-    return [DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id)) for p in prepared]
+    return submit(prepared)
 
 
 def prepare(
@@ -109,14 +119,18 @@ def prepare(
     keys = get_keys()
     run_id = run_id or uuid.uuid4()
     now = timezone.now()
-    job_name = (PER_TENANT_PREFIX + definition.name) if definition.per_tenant and tenant_id is None else definition.name
+    wrapper = definition.per_tenant and tenant_id is None
+    job_name = PER_TENANT_PREFIX + definition.name if wrapper else definition.name
+    gates = gates_for(definition, tenant_id, keys, wrapper=wrapper)
     meta = JobMeta(
         run_id=str(run_id), job_name=job_name, lane=definition.lane, tenant_id=tenant_id,
         triggered_by=user_id, trigger_name=trigger_name,
         correlation_id=correlation_id or current_correlation_id() or run_id.hex,
         attempt=1, max_attempts=definition.max_attempts, trace=current_trace_carrier(),
+        flow=gates.flow, limit_keys=gates.limit_keys,
     )  # fmt: skip
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay or 0)
+    seconds = max(seconds, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
     jid = job_id or f"{keys.id_tag}-{run_id.hex}"
     fields = job_fields(
@@ -126,10 +140,12 @@ def prepare(
     )  # fmt: skip
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = records.new_run_row(meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at)
-    return PreparedJob(job_id=jid, lane=definition.lane, fields=fields, row=row, run_at=run_at, unique=unique)
+    return PreparedJob(
+        job_id=jid, lane=definition.lane, fields=fields, row=row, gates=gates, run_at=run_at, unique=unique
+    )
 
 
-def submit(prepared: Sequence[PreparedJob]) -> list[bool]:
+def submit(prepared: Sequence[PreparedJob]) -> list[DispatchResult]:
     """Push and record; inside a transaction, record now and push on commit."""
     if not prepared:
         return []
@@ -137,36 +153,81 @@ def submit(prepared: Sequence[PreparedJob]) -> list[bool]:
     if transaction.get_connection(using).in_atomic_block:
         records.insert_queued([p.row for p in prepared])
         transaction.on_commit(lambda: _push_after_commit(prepared), using=using)
-        return [True] * len(prepared)
-    accepted = push(prepared)
-    records.safe(records.insert_queued, [p.row for p, ok in zip(prepared, accepted, strict=True) if ok])
-    return accepted
+        return [DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id)) for p in prepared]
+    outcomes = push(prepared)
+    records.safe(record_pushes, prepared, outcomes, rows_exist=False)
+    return [_result(p, o) for p, o in zip(prepared, outcomes, strict=True)]
 
 
-def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[bool]:
-    """Write the job hashes and queue them in one round trip. False = id existed (unique)."""
+def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
+    if pushed.status == "skipped":
+        return DispatchResult(p.row.job_name, "skipped", reason=pushed.reason)
+    if pushed.status == "debounced" and pushed.pending_job_id:
+        run_id = JobRun.objects.filter(job_id=pushed.pending_job_id).values_list("pk", flat=True).first()
+        return DispatchResult(
+            p.row.job_name, "queued", pushed.pending_job_id, str(run_id) if run_id else None, reason="debounced"
+        )
+    return DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id))
+
+
+def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *, rows_exist: bool) -> None:
+    """Make the run table agree with what Redis accepted."""
+    now = timezone.now()
+    new_rows = [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued"]
+    if new_rows and not rows_exist:
+        records.insert_queued(new_rows)
+    for p, o in zip(prepared, outcomes, strict=True):
+        if o.dropped:
+            records.mark_dropped(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
+        if o.status == "debounced" and o.pending_job_id:
+            JobRun.objects.filter(job_id=o.pending_job_id).update(
+                payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, updated_at=now
+            )
+        if rows_exist and o.status != "queued":
+            # Recorded inside the caller's transaction, but a gate said no at commit time.
+            JobRun.objects.filter(pk=p.row.id).update(
+                status=RunStatus.DROPPED, finished_at=now, updated_at=now,
+                error=f"Not enqueued at commit: {o.reason or o.status}",
+            )  # fmt: skip
+
+
+def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
+    """Write the job hashes and queue them through their gates, in one round trip."""
     client = client or get_redis()
-    keys = get_keys()
     enqueue = scripts_for(client).enqueue
+    now = timezone.now().timestamp()
     try:
         _register_queues(client, {p.lane for p in prepared})
         if len(prepared) == 1:
             p = prepared[0]
-            return [bool(enqueue(keys=_keys(p), args=_args(p), client=client))]
-        pipe = client.pipeline(transaction=False)
-        for p in prepared:
-            enqueue(keys=_keys(p), args=_args(p), client=pipe)
-        return [bool(r) for r in pipe.execute()]
+            raw = [enqueue(keys=_keys(p), args=_args(p, now), client=client)]
+        else:
+            pipe = client.pipeline(transaction=False)
+            for p in prepared:
+                enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
+            raw = pipe.execute()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise QueueUnavailable(
             f"Redis at {redis_url()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
             "nothing was enqueued or recorded. Check that Redis runs and KUMIKO_JOBS['REDIS_URL'] is right."
         ) from exc
+    return [_decode(p, r) for p, r in zip(prepared, raw, strict=True)]
+
+
+def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
+    code = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
+    if code == "q":
+        return Pushed("queued", dropped=tuple(x.decode() for x in raw[1:]))
+    if code == "s":
+        return Pushed("skipped", reason=p.gates.limits[int(raw[1]) - 1][2])
+    if code == "b":
+        return Pushed("debounced", reason="debounced", pending_job_id=raw[1].decode())
+    return Pushed("duplicate", reason="duplicate")
 
 
 def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
     try:
-        push(prepared)
+        outcomes = push(prepared)
     except QueueUnavailable as exc:
         # The rows were committed with the caller's transaction; make the loss visible.
         now = timezone.now()
@@ -174,15 +235,21 @@ def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
             status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {exc}"
         )
         raise
+    records.safe(record_pushes, prepared, outcomes, rows_exist=True)
 
 
 def _keys(p: PreparedJob) -> list[str]:
     keys = get_keys()
-    return [keys.job(p.job_id), keys.queue(p.lane), keys.scheduled(p.lane)]
+    return [keys.job(p.job_id), keys.scheduled(p.lane), keys.active]
 
 
-def _args(p: PreparedJob) -> list[Any]:
-    return ["1" if p.unique else "0", p.run_at, *p.fields]
+def _args(p: PreparedJob, now: float) -> list[Any]:
+    g = p.gates
+    return [
+        "1" if p.unique else "0", p.run_at, get_keys().lane(p.lane), g.flow, g.limit_keys,
+        "\n".join(str(limit) for _, limit, _ in g.limits), "1" if g.replace else "0", g.debounce_key,
+        g.debounce_seconds, now, *p.fields,
+    ]  # fmt: skip
 
 
 def _register_queues(client: redis.Redis, lanes: set[str]) -> None:

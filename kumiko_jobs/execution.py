@@ -43,6 +43,9 @@ class Outcome:
     exc_info: bytes = b""
     ttl: int = 0
     counted_as: str = field(default="", compare=False)  # succeeded|failed|retried|deferred|requeued
+    # Of the finished run: the flow whose cap slot it frees and the limits it stops counting in.
+    flow: str = ""
+    limit_keys: str = ""
 
 
 @dataclass
@@ -59,6 +62,12 @@ def run_claimed(job: ClaimedJob, *, worker: str, consumer_lane: str) -> Outcome:
         meta = JobMeta.from_json(job.meta_raw)
     except MalformedJob as exc:
         return _malformed(job.job_id, None, now, exc)
+    outcome = _run(job, meta, now, worker=worker, consumer_lane=consumer_lane)
+    outcome.flow, outcome.limit_keys = meta.flow, meta.limit_keys
+    return outcome
+
+
+def _run(job: ClaimedJob, meta: JobMeta, now: datetime, *, worker: str, consumer_lane: str) -> Outcome:
     try:
         payload = decode_payload(job.data)
     except MalformedJob as exc:

@@ -86,8 +86,10 @@ def _enqueue_batch(definition: Any, wrapper_id: str, meta: JobMeta, payload: dic
         if child_id not in existing
     ]  # fmt: skip
     if prepared:
-        push(prepared)
+        outcomes = push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
-        # recording: the unique job id makes this idempotent.
-        records.insert_queued([p.row for p in prepared])
+        # recording ("duplicate"): the unique job id makes this idempotent.
+        records.insert_queued(
+            [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status in ("queued", "duplicate")]
+        )
     return len(tenants)

@@ -39,14 +39,18 @@ class JobMeta:
     abandons: int = 0
     unknown_since: float | None = None
     trace: dict[str, str] = field(default_factory=dict)
+    flow: str = "t|"
+    limit_keys: str = ""
 
     def to_json(self) -> str:
         raw = {
             "run": self.run_id, "job": self.job_name, "lane": self.lane, "tenant": self.tenant_id,
             "user": self.triggered_by, "trigger": self.trigger_name, "corr": self.correlation_id,
             "attempt": self.attempt, "max": self.max_attempts, "defers": self.defers,
-            "abandons": self.abandons,
+            "abandons": self.abandons, "flow": self.flow,
         }  # fmt: skip
+        if self.limit_keys:
+            raw["lk"] = self.limit_keys
         if self.unknown_since is not None:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
@@ -63,7 +67,7 @@ class JobMeta:
                 correlation_id=d.get("corr") or "", attempt=int(d.get("attempt", 1)),
                 max_attempts=int(d.get("max", 1)), defers=int(d.get("defers", 0)),
                 abandons=int(d.get("abandons", 0)), unknown_since=d.get("unknown_since"),
-                trace=dict(d.get("trace") or {}),
+                trace=dict(d.get("trace") or {}), flow=str(d.get("flow", "t|")), limit_keys=str(d.get("lk", "")),
             )  # fmt: skip
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc
@@ -99,7 +103,7 @@ def job_fields(
         "origin", queue_name, "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
         "status", status, "meta", meta.to_json(), "result_ttl", result_ttl, "failure_ttl", failure_ttl,
         "timeout", math.ceil(timeout) if timeout else -1, "started_at", "", "ended_at", "",
-        "last_heartbeat", "", "worker_name", "",
+        "last_heartbeat", "", "worker_name", "", "kumiko_flow", meta.flow, "kumiko_lk", meta.limit_keys,
     ]  # fmt: skip
     return pairs
 

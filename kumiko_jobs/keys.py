@@ -58,12 +58,29 @@ class Keys:
         return f"rq:worker:{name}"
 
     # Our own keys ------------------------------------------------------------------------
-    def claiming(self, lane: str, worker_name: str = "") -> str:
-        """Per-worker list a blocking pop moves an id into before it is claimed (crash-safe)."""
-        return f"{self.prefix}:{lane}:claiming:{worker_name}"
+    def lane(self, lane: str) -> str:
+        """Prefix of a lane's fair-queue keys: flows (q:<flow>), ring, st, run, wake."""
+        return f"{self.prefix}:{lane}:"
+
+    def flow(self, lane: str, flow: str) -> str:
+        return f"{self.prefix}:{lane}:q:{flow}"
+
+    def ring(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:ring"
+
+    def wake(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:wake"
+
+    @property
+    def active(self) -> str:
+        """Hash of queued+running counts per limit key (skip limits), across both lanes."""
+        return f"{self.prefix}:active"
+
+    def debounce(self, scope_key: str) -> str:
+        return f"{self.prefix}:debounce:{scope_key}"
 
     def claimers(self, lane: str) -> str:
-        """Set of worker names that may hold a claiming list on this lane."""
+        """Set of worker names consuming this lane (for operators and tests)."""
         return f"{self.prefix}:{lane}:claimers"
 
     def reaper_lock(self, lane: str) -> str:

@@ -26,28 +26,31 @@ class AbandonedJob(KumikoJobsError):
 
 
 def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) -> float | None:
-    """Queue delayed jobs that are due; return the next due time (epoch seconds) or None."""
+    """Queue delayed jobs that are due (and sweep stock RQ pushes); return the next due time."""
     now = time.time()
     _count, next_due = scripts_for(client).promote(
-        keys=[keys.scheduled(lane), keys.queue(lane)], args=[now, limit, utcformat(datetime.now(UTC))]
+        keys=[keys.scheduled(lane), keys.queue(lane)],
+        args=[now, limit, utcformat(datetime.now(UTC)), keys.lane(lane)],
     )
     return float(next_due) if next_due is not None else None
 
 
 def apply_outcome(
     client: redis.Redis, keys: Keys, lane: str, job_id: str, member: str, outcome: Outcome,
-    *, worker: str = "", claim: str = "", execution_id: str = "", deadline: float = 0.0,
+    *, worker: str = "", claim: bool = False, execution_id: str = "",
+    deadline: float = 0.0,
 ) -> list[bytes] | None:  # fmt: skip
     """Tell Redis how an attempt ended and (optionally) claim the next job, in one round trip."""
     now = datetime.now(UTC)
     result = scripts_for(client).step(
         keys=[
-            keys.queue(lane), keys.started(lane), keys.finished(lane), keys.failed(lane), keys.scheduled(lane),
-            keys.claiming(lane, worker),
+            keys.started(lane), keys.finished(lane), keys.failed(lane), keys.scheduled(lane), keys.active,
+            keys.queue(lane),
         ],
         args=[
             now.timestamp(), utcformat(now), worker, deadline, job_id, outcome.kind if job_id else "", member,
-            outcome.ttl, outcome.retry_at, outcome.meta, outcome.exc_info, claim, execution_id,
+            outcome.ttl, outcome.retry_at, outcome.meta, outcome.exc_info, "1" if claim else "", execution_id,
+            keys.lane(lane), outcome.flow, outcome.limit_keys,
         ],
     )  # fmt: skip
     return result  # type: ignore[no-any-return]
@@ -57,9 +60,7 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
     """Handle runs whose worker died: one reaper per lane at a time (short lock)."""
     if not client.set(keys.reaper_lock(lane), own_name, nx=True, px=4000):
         return 0
-    scripts = scripts_for(client)
-    scripts.reclaim(keys=[keys.claimers(lane), keys.queue(lane)], args=[keys.claiming(lane), own_name])
-    members = scripts.take_abandoned(keys=[keys.started(lane)], args=[time.time(), 100])
+    members = scripts_for(client).take_abandoned(keys=[keys.started(lane)], args=[time.time(), 100])
     for raw in members:
         job_id = raw.decode().split(":", 1)[0]
         _handle_abandoned(client, keys, lane, job_id)
@@ -82,6 +83,7 @@ def _handle_abandoned(client: redis.Redis, keys: Keys, lane: str, job_id: str) -
         f"{get_config()['ABANDON_AFTER']}s (killed or crashed)"
     )
     outcome = failed_attempt(registry.find(meta.job_name), job_id, meta, error, [], extra_attempts=grant)
+    outcome.flow, outcome.limit_keys = meta.flow, meta.limit_keys
     apply_outcome(client, keys, lane, job_id, "", outcome)
     logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, meta.job_name, outcome.counted_as)
 

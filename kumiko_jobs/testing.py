@@ -32,7 +32,7 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
             if due is not None:
                 next_due = due if next_due is None else min(next_due, due)
             while claimed := apply_outcome(
-                client, keys, lane, "", "", Outcome("ok"), worker=DRAIN_WORKER, claim="queue",
+                client, keys, lane, "", "", Outcome("ok"), worker=DRAIN_WORKER, claim=True,
                 execution_id="drain", deadline=time.time() + 3600,
             ):  # fmt: skip
                 job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])

@@ -77,7 +77,7 @@ class LaneWorker(SimpleWorker):
             stop = self._stop_requested or (max_jobs is not None and done >= max_jobs)
             execution_id = uuid.uuid4().hex[:12]
             self._state = WorkerStatus.BUSY  # a signal now only sets _stop_requested
-            claimed = self._step(pending, "" if stop else "queue", execution_id)
+            claimed = self._step(pending, not stop, execution_id)
             pending = None
             if stop:
                 return done
@@ -85,12 +85,8 @@ class LaneWorker(SimpleWorker):
                 self._state = WorkerStatus.IDLE
                 if burst and self._nothing_due():
                     return done
-                if not self._block():
-                    continue
-                self._state = WorkerStatus.BUSY
-                claimed = self._step(None, "claiming", execution_id)
-                if claimed is None:
-                    continue
+                self._wait_for_work()
+                continue
             job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
             member = f"{job.job_id}:{execution_id}"
             assert self._heartbeat is not None
@@ -101,7 +97,7 @@ class LaneWorker(SimpleWorker):
             pending = (job.job_id, member, outcome)
             done += 1
 
-    def _step(self, pending: tuple[str, str, Outcome] | None, claim: str, execution_id: str) -> list[bytes] | None:
+    def _step(self, pending: tuple[str, str, Outcome] | None, claim: bool, execution_id: str) -> list[bytes] | None:
         deadline = time.time() + int(get_config()["ABANDON_AFTER"])
         job_id, member, outcome = pending if pending else ("", "", Outcome("ok"))
         return apply_outcome(
@@ -109,13 +105,10 @@ class LaneWorker(SimpleWorker):
             execution_id=execution_id, deadline=deadline,
         )  # fmt: skip
 
-    def _block(self) -> bool:
-        """Wait for work with a crash-safe blocking move into this worker's claiming list."""
+    def _wait_for_work(self) -> None:
+        """Block on the lane's wake token (one key, not one per tenant); producers arm it."""
         timeout = max(0.05, min(MAX_BLOCK, self._next_promote - time.time())) if self.schedule else MAX_BLOCK
-        moved = self.client.blmove(
-            self.keys.queue(self.lane), self.keys.claiming(self.lane, self.name), timeout, "LEFT", "RIGHT"
-        )
-        return moved is not None
+        self.client.blpop([self.keys.wake(self.lane)], timeout)
 
     def _upkeep(self) -> None:
         now = time.time()
@@ -130,4 +123,7 @@ class LaneWorker(SimpleWorker):
         if not self.schedule:
             return True
         next_due = promote_due(self.client, self.keys, self.lane)
-        return next_due is None or next_due > time.time()
+        if next_due is not None and next_due <= time.time():
+            return False
+        # promote_due may have moved work into the lane; the next claim tells.
+        return not self.client.exists(self.keys.ring(self.lane))

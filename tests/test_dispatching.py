@@ -19,7 +19,8 @@ def test_dispatch_records_queued_run_and_drain_runs_it(traces: Any, redis_client
     assert result.status == "queued"
     run = JobRun.objects.get(pk=result.run_id)
     assert (run.status, run.job_id, run.tenant_id, run.attempt) == ("queued", result.job_id, str(tenant.pk), 1)
-    assert redis_client.lrange(get_keys().queue("worker"), 0, -1) == [result.job_id.encode()]
+    flow = get_keys().flow("worker", f"t|{tenant.pk}")
+    assert redis_client.lrange(flow, 0, -1) == [result.job_id.encode()]
 
     assert drain() == {"succeeded": 1}
     [entry] = traces("record")
@@ -50,7 +51,7 @@ def test_invalid_payload_names_key_path_and_enqueues_nothing(payload: Any, path:
     with pytest.raises(InvalidPayload, match=path):
         dispatch("tests.record", payload)
     assert not JobRun.objects.exists()
-    assert redis_client.llen(get_keys().queue("worker")) == 0
+    assert not redis_client.exists(get_keys().ring("worker"))
 
 
 def test_unknown_tenant_is_rejected(redis_client: Any) -> None:
@@ -59,11 +60,11 @@ def test_unknown_tenant_is_rejected(redis_client: Any) -> None:
     with pytest.raises(InvalidTenant, match="must be a tenant model instance or its id"):
         dispatch("tests.record", {}, tenant=["acme"])
     assert not JobRun.objects.exists()
-    assert redis_client.llen(get_keys().queue("worker")) == 0
+    assert not redis_client.exists(get_keys().ring("worker"))
 
 
 def test_inside_atomic_ids_return_at_once_and_push_on_commit(redis_client: Any) -> None:
-    queue = get_keys().queue("worker")
+    queue = get_keys().flow("worker", "t|")
     with transaction.atomic():
         result = dispatch("tests.record", {"n": 2})
         assert result.job_id and result.run_id
@@ -76,7 +77,7 @@ def test_rollback_means_no_job_and_no_record(redis_client: Any) -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         dispatch("tests.record", {"n": 3})
         raise RuntimeError("rollback")
-    assert redis_client.llen(get_keys().queue("worker")) == 0
+    assert not redis_client.exists(get_keys().ring("worker"))
     assert not JobRun.objects.exists()
     assert drain() == {}
 

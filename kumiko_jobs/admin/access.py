@@ -1,0 +1,47 @@
+"""Who sees what: operators, tenant staff, and tenant display names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from weakref import WeakKeyDictionary
+
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest
+from django.utils.module_loading import import_string
+
+from kumiko_jobs.conf import get_config
+from kumiko_jobs.tenancy import tenant_model
+
+_staff_tenants: WeakKeyDictionary[HttpRequest, str | None] = WeakKeyDictionary()
+
+
+def is_operator(request: HttpRequest) -> bool:
+    return bool(getattr(request.user, "is_superuser", False))
+
+
+def staff_tenant_id(request: HttpRequest) -> str | None:
+    """The tenant of the request's user from the ``USER_TENANT`` hook, or None.
+
+    Cached per request: permissions, queryset and filters all ask, and the hook may query.
+    """
+    if request not in _staff_tenants:
+        hook = get_config()["USER_TENANT"]
+        hook = import_string(hook) if isinstance(hook, str) else hook
+        tenant = hook(request.user) if hook else None
+        # Run records keep tenant ids as strings; a hook may return an instance or an int.
+        _staff_tenants[request] = None if tenant is None else str(getattr(tenant, "pk", tenant))
+    return _staff_tenants[request]
+
+
+def tenant_names(tenant_ids: Iterable[str | None]) -> dict[str, str]:
+    """Display names of these tenants, in one query; empty without ``TENANT_MODEL``."""
+    model = tenant_model()
+    if model is None or model._meta.pk is None:
+        return {}
+    keys = []
+    for tenant_id in {t for t in tenant_ids if t}:
+        try:
+            keys.append(model._meta.pk.to_python(tenant_id))
+        except ValidationError:
+            continue  # an id the model's key cannot hold: the run is shown by id alone
+    return {str(tenant.pk): str(tenant) for tenant in model._default_manager.filter(pk__in=keys)}
