@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 import redis
@@ -46,5 +47,7 @@ class Command(BaseCommand):
                 f"Redis at {redis_url()} is not reachable ({exc}). Start Redis or set KUMIKO_JOBS['REDIS_URL']."
             ) from exc
         worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
-        level = "DEBUG" if options["verbosity"] > 1 else "INFO"
+        level = {0: "WARNING", 1: "INFO"}.get(options["verbosity"], "DEBUG")
+        # -v0 also quiets per-job log lines (ctx.log still lands on the run records).
+        logging.getLogger("kumiko_jobs").setLevel(level)
         worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=level)

