@@ -1,10 +1,24 @@
 """Test settings: the demo project plus a test app whose jobs the tests (and their workers) run."""
 
+import os
+
 from project.settings import *  # noqa: F403
-from project.settings import BASE_DIR, DATABASES, INSTALLED_APPS
+from project.settings import BASE_DIR, DATABASES, INSTALLED_APPS, KUMIKO_JOBS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A file, not :memory:, so runjobs subprocesses see the test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test.sqlite3")}
+    # A file, not :memory:, so runjobs subprocesses see the test database (they get its path in
+    # DATABASE_URL); one per pytest process, so concurrent test runs don't share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / f".test-{os.getpid()}.sqlite3")}
+
+# tests/integration starts runjobs subprocesses; a test may shorten timings for its worker with
+# env KUMIKO_TEST_<KEY> (seconds), e.g. KUMIKO_TEST_UNKNOWN_JOB_GRACE=1.
+KUMIKO_JOBS = {
+    **KUMIKO_JOBS,
+    **{
+        key: float(os.environ[f"KUMIKO_TEST_{key}"])
+        for key in ("ABANDON_AFTER", "HEARTBEAT_INTERVAL", "UNKNOWN_JOB_GRACE", "UNKNOWN_JOB_RETRY_DELAY")
+        if f"KUMIKO_TEST_{key}" in os.environ
+    },
+}

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from kumiko_jobs import Backoff, EscapeHatch, UnrecoverableError, job, on_event
+from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, UnrecoverableError, job, on_event
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.context import JobContext
 
@@ -94,3 +94,51 @@ def per_tenant(payload: dict[str, Any], ctx: JobContext) -> None:
 def hatch(payload: dict[str, Any], ctx: JobContext) -> None:
     with ctx.unscoped():
         trace("hatch", **_ctx_fields(ctx))
+
+
+@job(name="tests.hang_first", retries=0)
+def hang_first(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Blocks on its first attempt only (for killing a worker mid-job); later attempts are quick."""
+    trace("hang_first_start", **_ctx_fields(ctx))
+    if ctx.attempt == 1:
+        time.sleep(float(payload.get("seconds", 60)))
+    trace("hang_first_end", **_ctx_fields(ctx))
+
+
+# --- tenancy gates (tests/test_gates.py and integration tests) -------------------------------
+
+
+def _timed(kind: str, payload: dict[str, Any], ctx: JobContext) -> None:
+    trace(f"{kind}_start", payload=payload, **_ctx_fields(ctx))
+    time.sleep(float(payload.get("seconds", 0)))
+    trace(f"{kind}_end", payload=payload, **_ctx_fields(ctx))
+
+
+@job(name="tests.capped", max_per_tenant=MaxPerTenant(2, on_limit="defer"))
+def capped(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("capped", payload, ctx)
+
+
+@job(name="tests.limited", max_per_tenant=3)
+def limited(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("limited", payload, ctx)
+
+
+@job(name="tests.sequential", concurrency="sequential", retries=1)
+def sequential(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("sequential", payload, ctx)
+
+
+@job(name="tests.skipping", concurrency="skip")
+def skipping(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("skipping", payload, ctx)
+
+
+@job(name="tests.replacing", concurrency="replace")
+def replacing(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("replacing", payload, ctx)
+
+
+@job(name="tests.debounced", concurrency="debounce", debounce_ms=200)
+def debounced(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("debounced", payload, ctx)

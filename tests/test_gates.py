@@ -1,0 +1,196 @@
+"""Tenancy gates at the Redis level: caps, skip limits, sequential, replace, debounce, fairness.
+
+Workers are simulated by claiming without finishing (what several live workers do), so the
+assertions see exactly which run each worker would get.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.db import close_old_connections
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.execution import ClaimedJob, Outcome
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.maintenance import apply_outcome, promote_due, reap
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Lane:
+    """Claims and finishes on one lane like a worker would, without running handlers."""
+
+    def __init__(self, lane: str = "worker") -> None:
+        self.lane, self.keys, self.client = lane, get_keys(), get_redis()
+
+    def claim(self, deadline: float | None = None) -> ClaimedJob | None:
+        raw = apply_outcome(
+            self.client, self.keys, self.lane, "", "", Outcome("ok"), worker="sim", claim=True,
+            execution_id="x", deadline=deadline or time.time() + 60,
+        )  # fmt: skip
+        return ClaimedJob(raw[0].decode(), raw[1], raw[2]) if raw else None
+
+    def finish(self, job: ClaimedJob) -> None:
+        meta = JobMeta.from_json(job.meta_raw)
+        outcome = Outcome("ok", ttl=60, flow=meta.flow, limit_keys=meta.limit_keys)
+        apply_outcome(self.client, self.keys, self.lane, job.job_id, f"{job.job_id}:x", outcome)
+
+    def label(self, job: ClaimedJob | None) -> str | None:
+        if job is None:
+            return None
+        meta = JobMeta.from_json(job.meta_raw)
+        return f"{meta.job_name}@{meta.tenant_id}"
+
+
+def test_defer_cap_parks_only_that_job_and_tenant(tenants: list[Any]) -> None:
+    a, b = (str(t.pk) for t in tenants[:2])
+    first = [dispatch("tests.capped", {"i": i}, tenant=a) for i in range(5)]
+    dispatch("tests.record", {}, tenant=a)
+    dispatch("tests.capped", {}, tenant=b)
+    lane = Lane()
+    held = [lane.claim() for _ in range(4)]
+    assert sorted(lane.label(j) or "" for j in held) == sorted(
+        [f"tests.capped@{a}", f"tests.capped@{a}", f"tests.record@{a}", f"tests.capped@{b}"]
+    )
+    assert lane.claim() is None  # A's capped job is parked: not popped, not spun on
+    assert get_redis().llen(get_keys().flow("worker", f"c2|tests.capped|{a}")) == 3
+    lane.finish(next(j for j in held if j and lane.label(j) == f"tests.capped@{a}"))
+    nxt = lane.claim()
+    assert lane.label(nxt) == f"tests.capped@{a}"
+    # FIFO within the flow, and no attempt consumed while waiting.
+    assert JobMeta.from_json(nxt.meta_raw).run_id == first[2].run_id  # type: ignore[union-attr]
+    assert JobMeta.from_json(nxt.meta_raw).attempt == 1  # type: ignore[union-attr]
+
+
+def test_skip_limit_is_atomic_under_20_concurrent_dispatchers(tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+
+    def one(i: int) -> str:
+        try:
+            return dispatch("tests.limited", {"i": i}, tenant=tenant).status
+        finally:
+            close_old_connections()
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        statuses = list(pool.map(one, range(20)))
+    assert statuses.count("queued") == 3 and statuses.count("skipped") == 17
+    assert JobRun.objects.filter(job_name="tests.limited").count() == 3
+    skipped = dispatch("tests.limited", {}, tenant=tenant)
+    assert (skipped.status, skipped.reason, skipped.job_id) == ("skipped", "max_per_tenant", None)
+    assert dispatch("tests.limited", {}, tenant=str(tenants[1].pk)).status == "queued"  # other tenant
+    drain()
+    assert dispatch("tests.limited", {}, tenant=tenant).status == "queued"  # slots freed on finish
+
+
+def test_limit_counts_retrying_runs_until_they_end(tenants: list[Any], redis_client: Any) -> None:
+    tenant = str(tenants[0].pk)
+    for _ in range(3):
+        dispatch("tests.limited", {}, tenant=tenant)
+    assert redis_client.hget(get_keys().active, f"m|tests.limited|{tenant}") == b"3"
+    drain()
+    assert redis_client.hget(get_keys().active, f"m|tests.limited|{tenant}") is None
+
+
+def test_concurrency_skip_while_one_is_queued_or_running() -> None:
+    assert dispatch("tests.skipping", {}).status == "queued"
+    second = dispatch("tests.skipping", {})
+    assert (second.status, second.reason) == ("skipped", "concurrency")
+    lane = Lane()
+    job = lane.claim()
+    assert job is not None and dispatch("tests.skipping", {}).status == "skipped"  # running
+    lane.finish(job)
+    assert dispatch("tests.skipping", {}).status == "queued"
+
+
+def test_sequential_runs_one_at_a_time_in_fifo_order(tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+    results = [dispatch("tests.sequential", {"i": i}, tenant=tenant) for i in range(3)]
+    other = dispatch("tests.sequential", {}, tenant=str(tenants[1].pk))  # scope "tenant": own key
+    lane = Lane()
+    first, second = lane.claim(), lane.claim()
+    assert first and second
+    assert {JobMeta.from_json(j.meta_raw).run_id for j in (first, second)} == {results[0].run_id, other.run_id}
+    assert lane.claim() is None
+    order = []
+    job: ClaimedJob | None = first if JobMeta.from_json(first.meta_raw).run_id == results[0].run_id else second
+    while job is not None:
+        order.append(JobMeta.from_json(job.meta_raw).run_id)
+        assert lane.claim() is None  # the key is held: nothing else of it starts
+        lane.finish(job)
+        job = lane.claim()
+    assert order == [r.run_id for r in results]
+
+
+def test_dead_sequential_holder_frees_the_key(tenants: list[Any], settings: Any) -> None:
+    dispatch("tests.sequential", {"i": 0})
+    waiting = dispatch("tests.sequential", {"i": 1})
+    lane = Lane()
+    assert lane.claim(deadline=time.time() - 1) is not None  # holder whose lease already ran out
+    assert lane.claim() is None
+    reap(get_redis(), get_keys(), "worker", "reaper")
+    # The dead holder's run is retried (queued again behind the waiting one) and the key frees.
+    nxt = lane.claim()
+    assert nxt is not None and JobMeta.from_json(nxt.meta_raw).run_id == waiting.run_id
+
+
+def test_replace_drops_waiting_runs_of_the_key(tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+    old = [dispatch("tests.replacing", {"v": v}, tenant=tenant) for v in (1, 2)]
+    other_tenant = dispatch("tests.replacing", {"v": 9}, tenant=str(tenants[1].pk))
+    last = dispatch("tests.replacing", {"v": 3}, tenant=tenant)
+    assert {r.status for r in JobRun.objects.filter(pk__in=[o.run_id for o in old])} == {RunStatus.DROPPED}
+    assert JobRun.objects.get(pk=other_tenant.run_id).status == RunStatus.QUEUED
+    assert drain() == {"succeeded": 2}
+    assert JobRun.objects.get(pk=last.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_debounce_collapses_rapid_dispatches_into_one_run(traces: Any) -> None:
+    results = [dispatch("tests.debounced", {"v": v}) for v in range(5)]
+    assert len({r.job_id for r in results}) == 1
+    assert [r.reason for r in results] == [None, "debounced", "debounced", "debounced", "debounced"]
+    assert drain(timeout=2) == {"succeeded": 1}
+    [run] = traces("debounced_start")
+    assert run["payload"] == {"v": 4}
+    assert JobRun.objects.get(pk=results[0].run_id).payload == {"v": 4}
+
+
+def test_new_tenant_is_served_next_behind_a_big_backlog(tenants: list[Any]) -> None:
+    a, b = str(tenants[0].pk), str(tenants[1].pk)
+    from kumiko_jobs.dispatching import prepare, push
+    from kumiko_jobs.registry import registry
+
+    definition = registry.get("tests.record")
+    push([prepare(definition, {"i": i}, tenant_id=a, user_id=None) for i in range(2000)])
+    lane = Lane()
+    assert lane.label(lane.claim()) == f"tests.record@{a}"
+    dispatch("tests.record", {}, tenant=b)
+    assert lane.label(lane.claim()) == f"tests.record@{b}"
+
+
+def test_round_robin_between_busy_tenants(tenants: list[Any]) -> None:
+    a, b = str(tenants[0].pk), str(tenants[1].pk)
+    for _ in range(3):
+        dispatch("tests.record", {}, tenant=a)
+    for _ in range(3):
+        dispatch("tests.record", {}, tenant=b)
+    lane = Lane()
+    order = [lane.label(lane.claim()) for _ in range(6)]
+    assert [o.split("@")[1] for o in order if o] in ([b, a, b, a, b, a], [a, b, a, b, a, b])
+
+
+def test_stock_rq_push_is_swept_into_its_flow(redis_client: Any) -> None:
+    result = dispatch("tests.record", {}, delay=30)
+    keys = get_keys()
+    # What RQ's scheduler or the dashboard's "requeue" do: push the id onto the plain list.
+    redis_client.zrem(keys.scheduled("worker"), result.job_id)
+    redis_client.rpush(keys.queue("worker"), result.job_id)
+    promote_due(redis_client, keys, "worker")
+    assert redis_client.llen(keys.queue("worker")) == 0
+    assert drain() == {"succeeded": 1}
