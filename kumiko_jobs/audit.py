@@ -45,9 +45,17 @@ def _report(ctx: JobContext, kind: str) -> None:
     reason = definition.escape_hatch.reason if definition.escape_hatch else f"system_scope job {ctx.job_name}"
     if first:
         EscapeHatchAudit.objects.create(
-            job_name=ctx.job_name, tenant_id=tenant, kind=kind, reason=reason, actor=SYSTEM_ACTOR,
-            caller=ctx.triggered_by, run_id=ctx.run_id, window_start=window_start, first_seen=now, last_seen=now,
-        )  # fmt: skip
+            job_name=ctx.job_name,
+            tenant_id=tenant,
+            kind=kind,
+            reason=reason,
+            actor=SYSTEM_ACTOR,
+            caller=ctx.triggered_by,
+            run_id=ctx.run_id,
+            window_start=window_start,
+            first_seen=now,
+            last_seen=now,
+        )
         return
     updated = EscapeHatchAudit.objects.filter(
         job_name=ctx.job_name, tenant_id=tenant, kind=kind, window_start=window_start
@@ -55,7 +63,16 @@ def _report(ctx: JobContext, kind: str) -> None:
     if not updated:
         # The first writer's insert has not landed yet (or failed): keep the use anyway.
         EscapeHatchAudit.objects.get_or_create(
-            job_name=ctx.job_name, tenant_id=tenant, kind=kind, window_start=window_start,
-            defaults={"reason": reason, "actor": SYSTEM_ACTOR, "caller": ctx.triggered_by,
-                      "run_id": ctx.run_id, "first_seen": now, "last_seen": now},
-        )  # fmt: skip
+            job_name=ctx.job_name,
+            tenant_id=tenant,
+            kind=kind,
+            window_start=window_start,
+            defaults={
+                "reason": reason,
+                "actor": SYSTEM_ACTOR,
+                "caller": ctx.triggered_by,
+                "run_id": ctx.run_id,
+                "first_seen": now,
+                "last_seen": now,
+            },
+        )

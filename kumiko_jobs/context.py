@@ -92,9 +92,14 @@ class JobContext:
     def defer(self, delay_ms: int) -> Deferral:
         """``return ctx.defer(ms)``: run again after ``delay_ms``, same attempt (max ``max_defers``)."""
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms <= 0:
-            raise ValueError(f"Job {self.job_name!r}: ctx.defer needs a positive integer delay in ms (got {delay_ms!r})")
+            raise ValueError(
+                f"Job {self.job_name!r}: ctx.defer needs a positive integer delay in ms (got {delay_ms!r})"
+            )
         if self.inline:
-            raise DeferralError(f"Job {self.job_name!r}: ctx.defer needs a queued run; it is not available inline (boot gate).")
+            raise DeferralError(
+                f"Job {self.job_name!r}: ctx.defer needs a queued run; "
+                "it is not available inline (boot gate)."
+            )
         return Deferral(delay_ms)
 
     def _require_grant(self, grant: str, what: str) -> None:

@@ -174,12 +174,12 @@ def job(name: str | Handler | None = None, /, **options: Any) -> Any:
     """
     if callable(name):
         return job()(name)
-    name = options.pop("name", name)
+    job_name: str | None = options.pop("name", name)
 
     def decorate(func: Handler) -> Handler:
         from kumiko_jobs.registry import registry
 
-        registry.register(build_definition(func, name, options))
+        registry.register(build_definition(func, job_name, options))
         return func
 
     return decorate
@@ -189,7 +189,9 @@ def build_definition(func: Handler, name: str | None, options: Mapping[str, Any]
     opts = dict(options)
     declared = dict(opts)
     triggers = _normalise_triggers(opts.pop("trigger", ManualTrigger()))
-    known = {f for f in JobDefinition.__dataclass_fields__ if f not in ("name", "func", "triggers", "declared")}
+    known = {
+        f for f in JobDefinition.__dataclass_fields__ if f not in ("name", "func", "triggers", "declared")
+    }
     unknown = set(opts) - known
     if unknown:
         # A typo in an option would otherwise silently disable it.

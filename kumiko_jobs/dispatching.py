@@ -27,7 +27,7 @@ from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import Gates, gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields, validate_payload
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.observability import current_trace_carrier, current_correlation_id
+from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scripts import scripts_for
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
@@ -87,23 +87,34 @@ def dispatch(
     definition = registry.get(name)
     body = validate_payload(payload)
     prepared = prepare(
-        definition, body, tenant_id=normalise_tenant(tenant), user_id=user_id_of(user),
-        correlation_id=correlation_id, trigger_name=trigger_name, delay=delay,
-    )  # fmt: skip
+        definition,
+        body,
+        tenant_id=normalise_tenant(tenant),
+        user_id=user_id_of(user),
+        correlation_id=correlation_id,
+        trigger_name=trigger_name,
+        delay=delay,
+    )
     return submit([prepared])[0]
 
 
 def emit(
-    event: str, payload: Mapping[str, Any] | None = None, *, tenant: Any = None, user: Any = None,
+    event: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    tenant: Any = None,
+    user: Any = None,
     correlation_id: str | None = None,
-) -> list[DispatchResult]:  # fmt: skip
+) -> list[DispatchResult]:
     """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter."""
     if not isinstance(event, str) or not event:
         raise UnknownEvent(f"emit() needs a non-empty event name, got {event!r}.")
     body = validate_payload(payload)
     tenant_id, user_id = normalise_tenant(tenant), user_id_of(user)
     prepared = [
-        prepare(d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event)
+        prepare(
+            d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event
+        )
         for d in registry.for_event(event)
         if any(isinstance(t, EventTrigger) and t.matches(event, body) for t in d.triggers)
     ]
@@ -111,10 +122,18 @@ def emit(
 
 
 def prepare(
-    definition: JobDefinition, payload: Mapping[str, Any], *, tenant_id: str | None, user_id: str | None,
-    correlation_id: str | None = None, trigger_name: str = "", delay: timedelta | float | None = None,
-    job_id: str | None = None, unique: bool = False, run_id: uuid.UUID | None = None,
-) -> PreparedJob:  # fmt: skip
+    definition: JobDefinition,
+    payload: Mapping[str, Any],
+    *,
+    tenant_id: str | None,
+    user_id: str | None,
+    correlation_id: str | None = None,
+    trigger_name: str = "",
+    delay: timedelta | float | None = None,
+    job_id: str | None = None,
+    unique: bool = False,
+    run_id: uuid.UUID | None = None,
+) -> PreparedJob:
     config = get_config()
     keys = get_keys()
     run_id = run_id or uuid.uuid4()
@@ -123,21 +142,33 @@ def prepare(
     job_name = PER_TENANT_PREFIX + definition.name if wrapper else definition.name
     gates = gates_for(definition, tenant_id, keys, wrapper=wrapper)
     meta = JobMeta(
-        run_id=str(run_id), job_name=job_name, lane=definition.lane, tenant_id=tenant_id,
-        triggered_by=user_id, trigger_name=trigger_name,
+        run_id=str(run_id),
+        job_name=job_name,
+        lane=definition.lane,
+        tenant_id=tenant_id,
+        triggered_by=user_id,
+        trigger_name=trigger_name,
         correlation_id=correlation_id or current_correlation_id() or run_id.hex,
-        attempt=1, max_attempts=definition.max_attempts, trace=current_trace_carrier(),
-        flow=gates.flow, limit_keys=gates.limit_keys,
-    )  # fmt: skip
+        attempt=1,
+        max_attempts=definition.max_attempts,
+        trace=current_trace_carrier(),
+        flow=gates.flow,
+        limit_keys=gates.limit_keys,
+    )
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay or 0)
     seconds = max(seconds, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
     jid = job_id or f"{keys.id_tag}-{run_id.hex}"
     fields = job_fields(
-        queue_name=keys.queue_name(definition.lane), payload=payload, meta=meta, now=now,
-        timeout=definition.timeout, result_ttl=int(config["RESULT_TTL"]), failure_ttl=int(config["FAILURE_TTL"]),
+        queue_name=keys.queue_name(definition.lane),
+        payload=payload,
+        meta=meta,
+        now=now,
+        timeout=definition.timeout,
+        result_ttl=int(config["RESULT_TTL"]),
+        failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
-    )  # fmt: skip
+    )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = records.new_run_row(meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at)
     return PreparedJob(
@@ -165,7 +196,11 @@ def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
     if pushed.status == "debounced" and pushed.pending_job_id:
         run_id = JobRun.objects.filter(job_id=pushed.pending_job_id).values_list("pk", flat=True).first()
         return DispatchResult(
-            p.row.job_name, "queued", pushed.pending_job_id, str(run_id) if run_id else None, reason="debounced"
+            p.row.job_name,
+            "queued",
+            pushed.pending_job_id,
+            str(run_id) if run_id else None,
+            reason="debounced",
         )
     return DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id))
 
@@ -186,9 +221,11 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
         if rows_exist and o.status != "queued":
             # Recorded inside the caller's transaction, but a gate said no at commit time.
             JobRun.objects.filter(pk=p.row.id).update(
-                status=RunStatus.DROPPED, finished_at=now, updated_at=now,
+                status=RunStatus.DROPPED,
+                finished_at=now,
+                updated_at=now,
                 error=f"Not enqueued at commit: {o.reason or o.status}",
-            )  # fmt: skip
+            )
 
 
 def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
@@ -246,10 +283,18 @@ def _keys(p: PreparedJob) -> list[str]:
 def _args(p: PreparedJob, now: float) -> list[Any]:
     g = p.gates
     return [
-        "1" if p.unique else "0", p.run_at, get_keys().lane(p.lane), g.flow, g.limit_keys,
-        "\n".join(str(limit) for _, limit, _ in g.limits), "1" if g.replace else "0", g.debounce_key,
-        g.debounce_seconds, now, *p.fields,
-    ]  # fmt: skip
+        "1" if p.unique else "0",
+        p.run_at,
+        get_keys().lane(p.lane),
+        g.flow,
+        g.limit_keys,
+        "\n".join(str(limit) for _, limit, _ in g.limits),
+        "1" if g.replace else "0",
+        g.debounce_key,
+        g.debounce_seconds,
+        now,
+        *p.fields,
+    ]
 
 
 def _register_queues(client: redis.Redis, lanes: set[str]) -> None:
@@ -259,4 +304,3 @@ def _register_queues(client: redis.Redis, lanes: set[str]) -> None:
     if missing:
         client.sadd("rq:queues", *missing)
         _registered_queues.update(missing)
-

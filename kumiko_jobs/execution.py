@@ -89,11 +89,19 @@ def execute(
     final = meta.attempt >= meta.max_attempts
     log = JobLogger(definition.name, meta.attempt)
     ctx = JobContext(
-        job_name=definition.name, run_id=meta.run_id, job_id=job_id, tenant_id=meta.tenant_id,
-        attempt=meta.attempt, final_attempt=final, triggered_by=meta.triggered_by,
-        trigger_name=meta.trigger_name, correlation_id=meta.correlation_id, lane=meta.lane,
-        definition=definition, log=log,
-    )  # fmt: skip
+        job_name=definition.name,
+        run_id=meta.run_id,
+        job_id=job_id,
+        tenant_id=meta.tenant_id,
+        attempt=meta.attempt,
+        final_attempt=final,
+        triggered_by=meta.triggered_by,
+        trigger_name=meta.trigger_name,
+        correlation_id=meta.correlation_id,
+        lane=meta.lane,
+        definition=definition,
+        log=log,
+    )
     try:
         with (
             job_span(ctx, meta.trace, consumer_lane),
@@ -101,7 +109,7 @@ def execute(
             enforce_timeout(definition.timeout, definition.name),
         ):
             result = definition.func(payload, ctx)
-    except Exception as exc:  # noqa: BLE001  (any handler error is a failed attempt)
+    except Exception as exc:
         return failed_attempt(definition, job_id, meta, exc, log.lines)
     finally:
         # Long-lived workers must not keep a broken or expired DB connection between jobs.
@@ -114,9 +122,14 @@ def execute(
 
 
 def failed_attempt(
-    definition: JobDefinition | None, job_id: str, meta: JobMeta, exc: BaseException, logs: list[dict[str, Any]],
-    *, extra_attempts: int = 0,
-) -> Outcome:  # fmt: skip
+    definition: JobDefinition | None,
+    job_id: str,
+    meta: JobMeta,
+    exc: BaseException,
+    logs: list[dict[str, Any]],
+    *,
+    extra_attempts: int = 0,
+) -> Outcome:
     """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
     now = datetime.now(UTC)
     message = f"{exc.__class__.__name__}: {exc}"
@@ -126,32 +139,50 @@ def failed_attempt(
     # One line per failed attempt; never the payload (it may carry personal data).
     logger.error(
         "kumiko_jobs: job failed: %s job_id=%s attempt=%s final=%s error=%s",
-        meta.job_name, job_id, meta.attempt, final, message,
+        meta.job_name,
+        job_id,
+        meta.attempt,
+        final,
+        message,
         extra={"job": meta.job_name, "job_id": job_id, "attempt": meta.attempt, "final": final},
-    )  # fmt: skip
+    )
     logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
     if final:
         records.safe(records.mark_failed, meta=meta, now=now, error=message, traceback=trace_text, logs=logs)
         return Outcome(
-            "failed", meta=meta.to_json(), exc_info=zlib.compress(trace_text.encode()),
-            ttl=int(get_config()["FAILURE_TTL"]), counted_as="failed",
-        )  # fmt: skip
+            "failed",
+            meta=meta.to_json(),
+            exc_info=zlib.compress(trace_text.encode()),
+            ttl=int(get_config()["FAILURE_TTL"]),
+            counted_as="failed",
+        )
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = JobMeta(**{**meta.__dict__, "attempt": meta.attempt + 1, "max_attempts": max_attempts})
     next_at = now + timedelta(seconds=delay)
     records.safe(
-        records.mark_retry, meta=meta, now=now, next_at=next_at, error=message, traceback=trace_text, logs=logs,
-        next_attempt=next_meta.attempt, max_attempts=max_attempts,
-    )  # fmt: skip
+        records.mark_retry,
+        meta=meta,
+        now=now,
+        next_at=next_at,
+        error=message,
+        traceback=trace_text,
+        logs=logs,
+        next_attempt=next_meta.attempt,
+        max_attempts=max_attempts,
+    )
     if delay <= 0:
         return Outcome("requeue", meta=next_meta.to_json(), counted_as="retried")
     return Outcome("retry", meta=next_meta.to_json(), retry_at=time.time() + delay, counted_as="retried")
 
 
 def _deferred(
-    definition: JobDefinition, job_id: str, meta: JobMeta, deferral: Deferral, now: datetime,
+    definition: JobDefinition,
+    job_id: str,
+    meta: JobMeta,
+    deferral: Deferral,
+    now: datetime,
     logs: list[dict[str, Any]],
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     if meta.defers >= definition.max_defers:
         error = UnrecoverableError(
             f"Job {definition.name!r} was deferred {definition.max_defers} times (max_defers); giving up."
@@ -178,7 +209,9 @@ def unknown_job_outcome(job_id: str, meta: JobMeta, now: datetime) -> Outcome:
         line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
         records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
         next_meta = JobMeta(**{**meta.__dict__, "unknown_since": first_seen})
-        return Outcome("retry", meta=next_meta.to_json(), retry_at=now.timestamp() + delay, counted_as="requeued")
+        return Outcome(
+            "retry", meta=next_meta.to_json(), retry_at=now.timestamp() + delay, counted_as="requeued"
+        )
     exc = UnknownJob(meta.job_name, [])
     return failed_attempt(None, job_id, meta, exc, [])
 
@@ -188,7 +221,10 @@ def _malformed(job_id: str, run_id: str | None, now: datetime, exc: MalformedJob
     logger.error("kumiko_jobs: %s job_id=%s", message, job_id)
     records.safe(records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message)
     return Outcome(
-        "failed", exc_info=zlib.compress(message.encode()), ttl=int(get_config()["FAILURE_TTL"]), counted_as="failed"
+        "failed",
+        exc_info=zlib.compress(message.encode()),
+        ttl=int(get_config()["FAILURE_TTL"]),
+        counted_as="failed",
     )
 
 

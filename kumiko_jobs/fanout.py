@@ -30,7 +30,11 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 
 def child_job_id(wrapper_job_id: str, tenant_id: str) -> str:
-    part = tenant_id if _SAFE_ID.match(tenant_id) else hashlib.sha1(tenant_id.encode(), usedforsecurity=False).hexdigest()[:20]
+    part = (
+        tenant_id
+        if _SAFE_ID.match(tenant_id)
+        else hashlib.sha1(tenant_id.encode(), usedforsecurity=False).hexdigest()[:20]
+    )
     return f"{wrapper_job_id}-t-{part}"
 
 
@@ -51,7 +55,9 @@ def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], *, worker: str, consumer_lane: str) -> Outcome:
+def run_fan_out(
+    job_id: str, meta: JobMeta, payload: dict[str, Any], *, worker: str, consumer_lane: str
+) -> Outcome:
     target_name = meta.job_name.removeprefix(PER_TENANT_PREFIX)
     now = datetime.now(UTC)
     records.safe(records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=worker, now=now)
@@ -63,28 +69,41 @@ def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], *, worker: 
         total = 0
         for batch in _batches(active_tenant_ids(), BATCH):
             total += _enqueue_batch(definition, job_id, meta, payload, [str(t) for t in batch])
-    except Exception as exc:  # noqa: BLE001  (a failed fan-out attempt is retried like a run)
+    except Exception as exc:
         return failed_attempt(definition, job_id, meta, exc, [])
     done = datetime.now(UTC)
-    line = {"t": done.isoformat(), "level": "info", "msg": f"fanned out to {total} tenants", "attempt": meta.attempt}
+    line = {
+        "t": done.isoformat(),
+        "level": "info",
+        "msg": f"fanned out to {total} tenants",
+        "attempt": meta.attempt,
+    }
     JobRun.objects.filter(pk=meta.run_id).update(fanout_count=total)
     records.safe(records.mark_succeeded, meta=meta, now=done, logs=[line])
     return Outcome("ok", ttl=int(get_config()["RESULT_TTL"]), counted_as="succeeded")
 
 
-def _enqueue_batch(definition: Any, wrapper_id: str, meta: JobMeta, payload: dict[str, Any], tenants: list[str]) -> int:
+def _enqueue_batch(
+    definition: Any, wrapper_id: str, meta: JobMeta, payload: dict[str, Any], tenants: list[str]
+) -> int:
     ids = {tenant: child_job_id(wrapper_id, tenant) for tenant in tenants}
     existing = set(JobRun.objects.filter(job_id__in=list(ids.values())).values_list("job_id", flat=True))
     prepared: list[PreparedJob] = [
         prepare(
-            definition, payload, tenant_id=tenant, user_id=meta.triggered_by, correlation_id=meta.correlation_id,
-            trigger_name=meta.trigger_name, job_id=child_id, unique=True,
+            definition,
+            payload,
+            tenant_id=tenant,
+            user_id=meta.triggered_by,
+            correlation_id=meta.correlation_id,
+            trigger_name=meta.trigger_name,
+            job_id=child_id,
+            unique=True,
             # Same id on every attempt, so a row recorded late matches what Redis holds.
             run_id=uuid.uuid5(uuid.NAMESPACE_URL, child_id),
         )
         for tenant, child_id in ids.items()
         if child_id not in existing
-    ]  # fmt: skip
+    ]
     if prepared:
         outcomes = push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before

@@ -26,7 +26,9 @@ class Gates:
         return "\n".join(key for key, _, _ in self.limits)
 
 
-def gates_for(definition: JobDefinition, tenant_id: str | None, keys: Keys, *, wrapper: bool = False) -> Gates:
+def gates_for(
+    definition: JobDefinition, tenant_id: str | None, keys: Keys, *, wrapper: bool = False
+) -> Gates:
     tenant = tenant_id or ""
     if wrapper:
         # A fan-out wrapper is bookkeeping; its children carry the job's gates.
@@ -52,7 +54,9 @@ def gates_for(definition: JobDefinition, tenant_id: str | None, keys: Keys, *, w
         return Gates(flow=f"r|{scope}", limits=tuple(limits), replace=True)
     elif mode == "debounce":
         return Gates(
-            flow=flow, limits=tuple(limits), debounce_key=keys.debounce(scope),
+            flow=flow,
+            limits=tuple(limits),
+            debounce_key=keys.debounce(scope),
             debounce_seconds=definition.debounce_ms / 1000.0,
-        )  # fmt: skip
+        )
     return Gates(flow=flow, limits=tuple(limits))

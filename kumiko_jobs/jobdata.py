@@ -43,12 +43,20 @@ class JobMeta:
     limit_keys: str = ""
 
     def to_json(self) -> str:
-        raw = {
-            "run": self.run_id, "job": self.job_name, "lane": self.lane, "tenant": self.tenant_id,
-            "user": self.triggered_by, "trigger": self.trigger_name, "corr": self.correlation_id,
-            "attempt": self.attempt, "max": self.max_attempts, "defers": self.defers,
-            "abandons": self.abandons, "flow": self.flow,
-        }  # fmt: skip
+        raw: dict[str, Any] = {
+            "run": self.run_id,
+            "job": self.job_name,
+            "lane": self.lane,
+            "tenant": self.tenant_id,
+            "user": self.triggered_by,
+            "trigger": self.trigger_name,
+            "corr": self.correlation_id,
+            "attempt": self.attempt,
+            "max": self.max_attempts,
+            "defers": self.defers,
+            "abandons": self.abandons,
+            "flow": self.flow,
+        }
         if self.limit_keys:
             raw["lk"] = self.limit_keys
         if self.unknown_since is not None:
@@ -62,19 +70,30 @@ class JobMeta:
         try:
             d = json.loads(raw)
             return cls(
-                run_id=str(d["run"]), job_name=str(d["job"]), lane=str(d["lane"]),
-                tenant_id=d.get("tenant"), triggered_by=d.get("user"), trigger_name=d.get("trigger") or "",
-                correlation_id=d.get("corr") or "", attempt=int(d.get("attempt", 1)),
-                max_attempts=int(d.get("max", 1)), defers=int(d.get("defers", 0)),
-                abandons=int(d.get("abandons", 0)), unknown_since=d.get("unknown_since"),
-                trace=dict(d.get("trace") or {}), flow=str(d.get("flow", "t|")), limit_keys=str(d.get("lk", "")),
-            )  # fmt: skip
+                run_id=str(d["run"]),
+                job_name=str(d["job"]),
+                lane=str(d["lane"]),
+                tenant_id=d.get("tenant"),
+                triggered_by=d.get("user"),
+                trigger_name=d.get("trigger") or "",
+                correlation_id=d.get("corr") or "",
+                attempt=int(d.get("attempt", 1)),
+                max_attempts=int(d.get("max", 1)),
+                defers=int(d.get("defers", 0)),
+                abandons=int(d.get("abandons", 0)),
+                unknown_since=d.get("unknown_since"),
+                trace=dict(d.get("trace") or {}),
+                flow=str(d.get("flow", "t|")),
+                limit_keys=str(d.get("lk", "")),
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc
 
 
 def encode_data(job_name: str, payload: Mapping[str, Any]) -> bytes:
-    return zlib.compress(json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode())
+    return zlib.compress(
+        json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode()
+    )
 
 
 def decode_payload(data: bytes) -> dict[str, Any]:
@@ -93,18 +112,52 @@ def decode_payload(data: bytes) -> dict[str, Any]:
 
 
 def job_fields(
-    *, queue_name: str, payload: Mapping[str, Any], meta: JobMeta, now: datetime,
-    timeout: float | None, result_ttl: int, failure_ttl: int, status: str,
-) -> list[Any]:  # fmt: skip
+    *,
+    queue_name: str,
+    payload: Mapping[str, Any],
+    meta: JobMeta,
+    now: datetime,
+    timeout: float | None,
+    result_ttl: int,
+    failure_ttl: int,
+    status: str,
+) -> list[Any]:
     """Field/value pairs of a new job hash, in RQ's format."""
     stamp = utcformat(now)
     pairs: list[Any] = [
-        "created_at", stamp, "enqueued_at", stamp, "data", encode_data(meta.job_name, payload),
-        "origin", queue_name, "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
-        "status", status, "meta", meta.to_json(), "result_ttl", result_ttl, "failure_ttl", failure_ttl,
-        "timeout", math.ceil(timeout) if timeout else -1, "started_at", "", "ended_at", "",
-        "last_heartbeat", "", "worker_name", "", "kumiko_flow", meta.flow, "kumiko_lk", meta.limit_keys,
-    ]  # fmt: skip
+        "created_at",
+        stamp,
+        "enqueued_at",
+        stamp,
+        "data",
+        encode_data(meta.job_name, payload),
+        "origin",
+        queue_name,
+        "description",
+        f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
+        "status",
+        status,
+        "meta",
+        meta.to_json(),
+        "result_ttl",
+        result_ttl,
+        "failure_ttl",
+        failure_ttl,
+        "timeout",
+        math.ceil(timeout) if timeout else -1,
+        "started_at",
+        "",
+        "ended_at",
+        "",
+        "last_heartbeat",
+        "",
+        "worker_name",
+        "",
+        "kumiko_flow",
+        meta.flow,
+        "kumiko_lk",
+        meta.limit_keys,
+    ]
     return pairs
 
 

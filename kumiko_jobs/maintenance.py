@@ -36,23 +36,48 @@ def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) ->
 
 
 def apply_outcome(
-    client: redis.Redis, keys: Keys, lane: str, job_id: str, member: str, outcome: Outcome,
-    *, worker: str = "", claim: bool = False, execution_id: str = "",
+    client: redis.Redis,
+    keys: Keys,
+    lane: str,
+    job_id: str,
+    member: str,
+    outcome: Outcome,
+    *,
+    worker: str = "",
+    claim: bool = False,
+    execution_id: str = "",
     deadline: float = 0.0,
-) -> list[bytes] | None:  # fmt: skip
+) -> list[bytes] | None:
     """Tell Redis how an attempt ended and (optionally) claim the next job, in one round trip."""
     now = datetime.now(UTC)
     result = scripts_for(client).step(
         keys=[
-            keys.started(lane), keys.finished(lane), keys.failed(lane), keys.scheduled(lane), keys.active,
+            keys.started(lane),
+            keys.finished(lane),
+            keys.failed(lane),
+            keys.scheduled(lane),
+            keys.active,
             keys.queue(lane),
         ],
         args=[
-            now.timestamp(), utcformat(now), worker, deadline, job_id, outcome.kind if job_id else "", member,
-            outcome.ttl, outcome.retry_at, outcome.meta, outcome.exc_info, "1" if claim else "", execution_id,
-            keys.lane(lane), outcome.flow, outcome.limit_keys,
+            now.timestamp(),
+            utcformat(now),
+            worker,
+            deadline,
+            job_id,
+            outcome.kind if job_id else "",
+            member,
+            outcome.ttl,
+            outcome.retry_at,
+            outcome.meta,
+            outcome.exc_info,
+            "1" if claim else "",
+            execution_id,
+            keys.lane(lane),
+            outcome.flow,
+            outcome.limit_keys,
         ],
-    )  # fmt: skip
+    )
     return result  # type: ignore[no-any-return]
 
 

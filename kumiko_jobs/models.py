@@ -28,15 +28,16 @@ ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.DEFERRED)
 class JobRun(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     job_name = models.CharField(max_length=200)
-    tenant_id = models.CharField(max_length=64, null=True, blank=True)
+    # NULL means "no tenant" (system runs); the id of a tenant is never empty.
+    tenant_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     attempt = models.PositiveIntegerField(default=1)
     max_attempts = models.PositiveIntegerField(default=1)
-    subject = models.CharField(max_length=500, null=True, blank=True)
+    subject = models.CharField(max_length=500, null=True, blank=True)  # noqa: DJ001
     lane = models.CharField(max_length=16)
     job_id = models.CharField(max_length=100, unique=True)
     trigger_name = models.CharField(max_length=200, blank=True, default="")
-    triggered_by = models.CharField(max_length=64, null=True, blank=True)
+    triggered_by = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001  (no user)
     correlation_id = models.CharField(max_length=64, blank=True, default="")
     payload = models.JSONField(default=dict, blank=True)
     queued_at = models.DateTimeField()
@@ -96,7 +97,7 @@ class EscapeHatchAudit(models.Model):
     kind = models.CharField(max_length=32)
     reason = models.TextField()
     actor = models.CharField(max_length=64)
-    caller = models.CharField(max_length=64, null=True, blank=True)
+    caller = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001  (no user)
     run_id = models.UUIDField(null=True, blank=True)
     window_start = models.DateTimeField()
     count = models.PositiveIntegerField(default=1)

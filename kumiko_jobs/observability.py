@@ -43,10 +43,13 @@ def current_trace_carrier() -> dict[str, str]:
 def job_span(ctx: JobContext, carrier: dict[str, str], consumer_lane: str) -> Iterator[trace.Span]:
     parent = propagate.extract(carrier) if carrier else None
     attributes: dict[str, str | int] = {
-        "job.name": ctx.job_name, "job.id": ctx.job_id, "job.attempt": ctx.attempt,
-        "kumiko.tenant_id": ctx.tenant_id or "", "kumiko.job.run_in": ctx.lane,
+        "job.name": ctx.job_name,
+        "job.id": ctx.job_id,
+        "job.attempt": ctx.attempt,
+        "kumiko.tenant_id": ctx.tenant_id or "",
+        "kumiko.job.run_in": ctx.lane,
         "kumiko.job.consumer_lane": consumer_lane,
-    }  # fmt: skip
+    }
     with (
         correlation_scope(ctx.correlation_id),
         tracer.start_as_current_span(

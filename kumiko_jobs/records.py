@@ -24,15 +24,31 @@ LogLine = dict[str, Any]
 
 
 def new_run_row(
-    *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], queued_at: datetime,
-    status: str = RunStatus.QUEUED, next_attempt_at: datetime | None = None,
-) -> JobRun:  # fmt: skip
+    *,
+    meta: JobMeta,
+    job_id: str,
+    payload: Mapping[str, Any],
+    queued_at: datetime,
+    status: str = RunStatus.QUEUED,
+    next_attempt_at: datetime | None = None,
+) -> JobRun:
     return JobRun(
-        id=uuid.UUID(meta.run_id), job_name=meta.job_name, tenant_id=meta.tenant_id, status=status,
-        attempt=meta.attempt, max_attempts=meta.max_attempts, lane=meta.lane, job_id=job_id,
-        trigger_name=meta.trigger_name, triggered_by=meta.triggered_by, correlation_id=meta.correlation_id,
-        payload=dict(payload), queued_at=queued_at, next_attempt_at=next_attempt_at, updated_at=queued_at,
-    )  # fmt: skip
+        id=uuid.UUID(meta.run_id),
+        job_name=meta.job_name,
+        tenant_id=meta.tenant_id,
+        status=status,
+        attempt=meta.attempt,
+        max_attempts=meta.max_attempts,
+        lane=meta.lane,
+        job_id=job_id,
+        trigger_name=meta.trigger_name,
+        triggered_by=meta.triggered_by,
+        correlation_id=meta.correlation_id,
+        payload=dict(payload),
+        queued_at=queued_at,
+        next_attempt_at=next_attempt_at,
+        updated_at=queued_at,
+    )
 
 
 def insert_queued(rows: Sequence[JobRun]) -> None:
@@ -44,9 +60,15 @@ def mark_running(
     *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], worker: str, now: datetime
 ) -> None:
     updated = JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.RUNNING, attempt=meta.attempt, max_attempts=meta.max_attempts, started_at=now,
-        finished_at=None, next_attempt_at=None, worker=worker, updated_at=now,
-    )  # fmt: skip
+        status=RunStatus.RUNNING,
+        attempt=meta.attempt,
+        max_attempts=meta.max_attempts,
+        started_at=now,
+        finished_at=None,
+        next_attempt_at=None,
+        worker=worker,
+        updated_at=now,
+    )
     if not updated:
         # The dispatcher's insert has not landed (or failed): the run still gets its row.
         row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
@@ -56,41 +78,70 @@ def mark_running(
 
 def mark_succeeded(*, meta: JobMeta, now: datetime, logs: list[LogLine]) -> None:
     JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.SUCCEEDED, finished_at=now, updated_at=now, logs=_all_logs(meta, logs),
-        error="", traceback="",
-    )  # fmt: skip
+        status=RunStatus.SUCCEEDED,
+        finished_at=now,
+        updated_at=now,
+        logs=_all_logs(meta, logs),
+        error="",
+        traceback="",
+    )
 
 
 def mark_retry(
-    *, meta: JobMeta, now: datetime, next_at: datetime, error: str, traceback: str, logs: list[LogLine],
-    next_attempt: int, max_attempts: int,
-) -> None:  # fmt: skip
+    *,
+    meta: JobMeta,
+    now: datetime,
+    next_at: datetime,
+    error: str,
+    traceback: str,
+    logs: list[LogLine],
+    next_attempt: int,
+    max_attempts: int,
+) -> None:
     JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.QUEUED, attempt=next_attempt, max_attempts=max_attempts, next_attempt_at=next_at,
-        updated_at=now, error=error, traceback=traceback, logs=_all_logs(meta, logs, force_merge=True),
-    )  # fmt: skip
+        status=RunStatus.QUEUED,
+        attempt=next_attempt,
+        max_attempts=max_attempts,
+        next_attempt_at=next_at,
+        updated_at=now,
+        error=error,
+        traceback=traceback,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )
 
 
 def mark_failed(*, meta: JobMeta, now: datetime, error: str, traceback: str, logs: list[LogLine]) -> None:
     JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.FAILED, finished_at=now, updated_at=now, next_attempt_at=None, error=error,
-        traceback=traceback, logs=_all_logs(meta, logs, force_merge=True),
-    )  # fmt: skip
+        status=RunStatus.FAILED,
+        finished_at=now,
+        updated_at=now,
+        next_attempt_at=None,
+        error=error,
+        traceback=traceback,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )
 
 
 def mark_deferred(*, meta: JobMeta, now: datetime, next_at: datetime, logs: list[LogLine]) -> None:
     JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.DEFERRED, next_attempt_at=next_at, defer_count=meta.defers + 1, updated_at=now,
+        status=RunStatus.DEFERRED,
+        next_attempt_at=next_at,
+        defer_count=meta.defers + 1,
+        updated_at=now,
         logs=_all_logs(meta, logs, force_merge=True),
-    )  # fmt: skip
+    )
 
 
 def mark_requeued(*, meta: JobMeta, now: datetime, next_at: datetime | None, logs: list[LogLine]) -> None:
     """Back to queued without consuming an attempt (unknown job during a deploy, lost worker)."""
     JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.QUEUED, next_attempt_at=next_at, updated_at=now, attempt=meta.attempt,
-        max_attempts=meta.max_attempts, logs=_all_logs(meta, logs, force_merge=True),
-    )  # fmt: skip
+        status=RunStatus.QUEUED,
+        next_attempt_at=next_at,
+        updated_at=now,
+        attempt=meta.attempt,
+        max_attempts=meta.max_attempts,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )
 
 
 def mark_failed_without_row(*, job_id: str, run_id: str | None, now: datetime, error: str) -> None:

@@ -94,7 +94,9 @@ end
 #       9 debounce seconds, 10 now, then field/value pairs of the job hash.
 # Returns {'q', dropped ids...} | {'d'} duplicate | {'s', index of the limit that fired}
 #       | {'b', id of the pending debounced job}.
-ENQUEUE = _COMMON + r"""
+ENQUEUE = (
+    _COMMON
+    + r"""
 local id = string.sub(KEYS[1], 8)
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {'d'} end
 local P = ARGV[3]
@@ -103,7 +105,9 @@ if ARGV[8] ~= '' then
   if pending and redis.call('HGET', 'rq:job:' .. pending, 'status') == 'scheduled' then
     -- Trailing-edge debounce: the pending run takes the newest payload and waits again.
     for i = 11, #ARGV, 2 do
-      if ARGV[i] == 'data' or ARGV[i] == 'description' then redis.call('HSET', 'rq:job:' .. pending, ARGV[i], ARGV[i + 1]) end
+      if ARGV[i] == 'data' or ARGV[i] == 'description' then
+        redis.call('HSET', 'rq:job:' .. pending, ARGV[i], ARGV[i + 1])
+      end
     end
     redis.call('ZADD', KEYS[2], tonumber(ARGV[10]) + tonumber(ARGV[9]), pending)
     return {'b', pending}
@@ -148,6 +152,7 @@ else
 end
 return out
 """
+)
 
 # Finish the previous job (optional) and claim the next one (optional), one round trip.
 # KEYS: 1 started (wip), 2 finished, 3 failed, 4 scheduled, 5 active-limits hash, 6 plain RQ list.
@@ -156,7 +161,9 @@ return out
 #       12 claim ('1'|''), 13 execution id, 14 lane prefix, 15 finished job's flow,
 #       16 finished job's limit keys.
 # Returns {id, data, meta} of the claimed job, or false.
-STEP = _COMMON + r"""
+STEP = (
+    _COMMON
+    + r"""
 local now = tonumber(ARGV[1])
 local P = ARGV[14]
 local fid = ARGV[5]
@@ -233,11 +240,14 @@ for _ = 1, 32 do
 end
 return false
 """
+)
 
 # Move due scheduled jobs (retries, delays, debounces) into their flows, and sweep the plain
 # RQ list. KEYS: scheduled zset, plain RQ list. ARGV: now, limit, now_iso, lane prefix.
 # Returns {promoted count, next due time or false}.
-PROMOTE = _COMMON + r"""
+PROMOTE = (
+    _COMMON
+    + r"""
 local P = ARGV[4]
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(ids) do
@@ -255,6 +265,7 @@ sweep(P, KEYS[2], 1000)
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {#ids, nxt[2] or false}
 """
+)
 
 # Refresh the lease of a running job (only while it is still registered: XX).
 # KEYS: started zset, worker hash. ARGV: member, deadline, worker ttl, now_iso.

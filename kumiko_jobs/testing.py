@@ -32,9 +32,17 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
             if due is not None:
                 next_due = due if next_due is None else min(next_due, due)
             while claimed := apply_outcome(
-                client, keys, lane, "", "", Outcome("ok"), worker=DRAIN_WORKER, claim=True,
-                execution_id="drain", deadline=time.time() + 3600,
-            ):  # fmt: skip
+                client,
+                keys,
+                lane,
+                "",
+                "",
+                Outcome("ok"),
+                worker=DRAIN_WORKER,
+                claim=True,
+                execution_id="drain",
+                deadline=time.time() + 3600,
+            ):
                 job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
                 outcome = run_claimed(job, worker=DRAIN_WORKER, consumer_lane=lane)
                 apply_outcome(client, keys, lane, job.job_id, f"{job.job_id}:drain", outcome)

@@ -38,9 +38,13 @@ class LaneWorker(SimpleWorker):
         self.schedule = schedule
         queue = Queue(self.keys.queue_name(lane), connection=self.client, serializer=JSONSerializer)
         super().__init__(
-            [queue], connection=self.client, name=name or f"{self.keys.id_tag}-{lane}-{uuid.uuid4().hex[:10]}",
-            serializer=JSONSerializer, worker_ttl=int(get_config()["ABANDON_AFTER"]), **kwargs,
-        )  # fmt: skip
+            [queue],
+            connection=self.client,
+            name=name or f"{self.keys.id_tag}-{lane}-{uuid.uuid4().hex[:10]}",
+            serializer=JSONSerializer,
+            worker_ttl=int(get_config()["ABANDON_AFTER"]),
+            **kwargs,
+        )
         self.counts: dict[str, int] = {}
         self._next_promote = 0.0
         self._next_reap = 0.0
@@ -52,7 +56,7 @@ class LaneWorker(SimpleWorker):
     ) -> bool:
         self.bootstrap(logging_level)
         self.client.sadd(self.keys.claimers(self.lane), self.name)
-        self._install_signal_handlers()
+        self._install_signal_handlers()  # type: ignore[no-untyped-call]
         self._heartbeat = Heartbeat(self.client, self.keys, self.lane, self.key)
         self._heartbeat.start()
         done = 0
@@ -65,11 +69,14 @@ class LaneWorker(SimpleWorker):
             raise
         finally:
             self._heartbeat.stop()
-            self.teardown()
+            self.teardown()  # type: ignore[no-untyped-call]
         logger.info("kumiko_jobs: worker %s stopped after %d jobs %s", self.name, done, self.counts)
         return done > 0
 
     def _loop(self, burst: bool, max_jobs: int | None) -> int:
+        heartbeat = self._heartbeat
+        if heartbeat is None:
+            raise RuntimeError("work() starts the heartbeat before the loop")
         done = 0
         pending: tuple[str, str, Outcome] | None = None  # finished job waiting to be reported
         while True:
@@ -89,21 +96,30 @@ class LaneWorker(SimpleWorker):
                 continue
             job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
             member = f"{job.job_id}:{execution_id}"
-            assert self._heartbeat is not None
-            self._heartbeat.member = member
+            heartbeat.member = member
             outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane)
-            self._heartbeat.member = ""
+            heartbeat.member = ""
             self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
             pending = (job.job_id, member, outcome)
             done += 1
 
-    def _step(self, pending: tuple[str, str, Outcome] | None, claim: bool, execution_id: str) -> list[bytes] | None:
+    def _step(
+        self, pending: tuple[str, str, Outcome] | None, claim: bool, execution_id: str
+    ) -> list[bytes] | None:
         deadline = time.time() + int(get_config()["ABANDON_AFTER"])
         job_id, member, outcome = pending if pending else ("", "", Outcome("ok"))
         return apply_outcome(
-            self.client, self.keys, self.lane, job_id, member, outcome, worker=self.name, claim=claim,
-            execution_id=execution_id, deadline=deadline,
-        )  # fmt: skip
+            self.client,
+            self.keys,
+            self.lane,
+            job_id,
+            member,
+            outcome,
+            worker=self.name,
+            claim=claim,
+            execution_id=execution_id,
+            deadline=deadline,
+        )
 
     def _wait_for_work(self) -> None:
         """Block on the lane's wake token (one key, not one per tenant); producers arm it."""

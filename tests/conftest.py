@@ -42,7 +42,6 @@ def traces(redis_client: redis.Redis) -> Any:
     return read
 
 
-
 @pytest.fixture
 def tenants(db: None) -> list[Any]:
     """The demo tenants (transactional tests flush the seed data, so create them again)."""

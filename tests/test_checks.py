@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.core.checks import Error, Warning
+from django.core.checks import Error
+from django.core.checks import Warning as CheckWarning
 from django.core.management import call_command
 
 from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, cron, job, on_event
@@ -23,11 +24,20 @@ def ids(**options: Any) -> list[str]:
 
 
 def test_valid_declaration_has_no_errors() -> None:
-    assert ids(
-        trigger=[cron("0 7 * * *", tz="Europe/Berlin"), on_event("a.b", where={"k": 1})],
-        lane="api", retries=3, backoff="exponential", timeout=30, max_per_tenant=MaxPerTenant(2, "defer", 500),
-        escape_hatch=EscapeHatch("nightly export", grants=("unscoped",)), max_defers=0, concurrency="sequential",
-    ) == []  # fmt: skip
+    assert (
+        ids(
+            trigger=[cron("0 7 * * *", tz="Europe/Berlin"), on_event("a.b", where={"k": 1})],
+            lane="api",
+            retries=3,
+            backoff="exponential",
+            timeout=30,
+            max_per_tenant=MaxPerTenant(2, "defer", 500),
+            escape_hatch=EscapeHatch("nightly export", grants=("unscoped",)),
+            max_defers=0,
+            concurrency="sequential",
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,7 +123,7 @@ def test_settings_checks(settings: Any, override: dict[str, Any], code: str, fra
     messages = check_settings()
     assert [m.id for m in messages] == [code]
     assert fragment in messages[0].msg and messages[0].hint
-    assert isinstance(messages[0], Warning if code.endswith("W001") else Error)
+    assert isinstance(messages[0], CheckWarning if code.endswith("W001") else Error)
 
 
 @pytest.mark.django_db

@@ -13,19 +13,31 @@ from kumiko_jobs.testing import drain
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_dispatch_records_queued_run_and_drain_runs_it(traces: Any, redis_client: Any, tenants: list[Any]) -> None:
+def test_dispatch_records_queued_run_and_drain_runs_it(
+    traces: Any, redis_client: Any, tenants: list[Any]
+) -> None:
     tenant = tenants[0]
     result = dispatch("tests.record", {"n": 1}, tenant=tenant)
     assert result.status == "queued"
     run = JobRun.objects.get(pk=result.run_id)
-    assert (run.status, run.job_id, run.tenant_id, run.attempt) == ("queued", result.job_id, str(tenant.pk), 1)
+    assert (run.status, run.job_id, run.tenant_id, run.attempt) == (
+        "queued",
+        result.job_id,
+        str(tenant.pk),
+        1,
+    )
     flow = get_keys().flow("worker", f"t|{tenant.pk}")
     assert redis_client.lrange(flow, 0, -1) == [result.job_id.encode()]
 
     assert drain() == {"succeeded": 1}
     [entry] = traces("record")
     assert entry["payload"] == {"n": 1}
-    assert (entry["tenant"], entry["attempt"], entry["final"], entry["lane"]) == (str(tenant.pk), 1, True, "worker")
+    assert (entry["tenant"], entry["attempt"], entry["final"], entry["lane"]) == (
+        str(tenant.pk),
+        1,
+        True,
+        "worker",
+    )
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert run.started_at and run.finished_at and run.finished_at >= run.started_at
@@ -47,7 +59,9 @@ def test_unknown_job_lists_close_matches() -> None:
         ({"x": float("nan")}, r"\$\.x"),
     ],
 )
-def test_invalid_payload_names_key_path_and_enqueues_nothing(payload: Any, path: str, redis_client: Any) -> None:
+def test_invalid_payload_names_key_path_and_enqueues_nothing(
+    payload: Any, path: str, redis_client: Any
+) -> None:
     with pytest.raises(InvalidPayload, match=path):
         dispatch("tests.record", payload)
     assert not JobRun.objects.exists()
@@ -85,7 +99,11 @@ def test_rollback_means_no_job_and_no_record(redis_client: Any) -> None:
 def test_redis_down_raises_queue_unavailable_within_timeout(settings: Any) -> None:
     import time
 
-    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_TIMEOUT": 0.5}
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+        "REDIS_TIMEOUT": 0.5,
+    }
     started = time.monotonic()
     with pytest.raises(QueueUnavailable, match="nothing was enqueued or recorded"):
         dispatch("tests.record", {})

@@ -131,7 +131,9 @@ def test_per_tenant_fans_out_once_per_active_tenant(tenants: list[Any], traces: 
     assert (wrapper.status, wrapper.fanout_count) == ("succeeded", 3)
 
 
-def test_fan_out_retry_never_enqueues_a_tenant_twice(tenants: list[Any], traces: Any, redis_client: Any) -> None:
+def test_fan_out_retry_never_enqueues_a_tenant_twice(
+    tenants: list[Any], traces: Any, redis_client: Any
+) -> None:
     from kumiko_jobs.fanout import run_fan_out
     from kumiko_jobs.jobdata import JobMeta
 
@@ -183,6 +185,16 @@ def test_job_logger_levels_and_child_context() -> None:
 def _context(name: str) -> JobContext:
     definition = registry.get(name)
     return JobContext(
-        job_name=name, run_id="r", job_id="j", tenant_id=None, attempt=1, final_attempt=True, triggered_by=None,
-        trigger_name="", correlation_id="c", lane=definition.lane, definition=definition, log=JobLogger(name, 1),
-    )  # fmt: skip
+        job_name=name,
+        run_id="r",
+        job_id="j",
+        tenant_id=None,
+        attempt=1,
+        final_attempt=True,
+        triggered_by=None,
+        trigger_name="",
+        correlation_id="c",
+        lane=definition.lane,
+        definition=definition,
+        log=JobLogger(name, 1),
+    )

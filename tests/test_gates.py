@@ -32,9 +32,17 @@ class Lane:
 
     def claim(self, deadline: float | None = None) -> ClaimedJob | None:
         raw = apply_outcome(
-            self.client, self.keys, self.lane, "", "", Outcome("ok"), worker="sim", claim=True,
-            execution_id="x", deadline=deadline or time.time() + 60,
-        )  # fmt: skip
+            self.client,
+            self.keys,
+            self.lane,
+            "",
+            "",
+            Outcome("ok"),
+            worker="sim",
+            claim=True,
+            execution_id="x",
+            deadline=deadline or time.time() + 60,
+        )
         return ClaimedJob(raw[0].decode(), raw[1], raw[2]) if raw else None
 
     def finish(self, job: ClaimedJob) -> None:
@@ -116,10 +124,15 @@ def test_sequential_runs_one_at_a_time_in_fifo_order(tenants: list[Any]) -> None
     lane = Lane()
     first, second = lane.claim(), lane.claim()
     assert first and second
-    assert {JobMeta.from_json(j.meta_raw).run_id for j in (first, second)} == {results[0].run_id, other.run_id}
+    assert {JobMeta.from_json(j.meta_raw).run_id for j in (first, second)} == {
+        results[0].run_id,
+        other.run_id,
+    }
     assert lane.claim() is None
     order = []
-    job: ClaimedJob | None = first if JobMeta.from_json(first.meta_raw).run_id == results[0].run_id else second
+    job: ClaimedJob | None = (
+        first if JobMeta.from_json(first.meta_raw).run_id == results[0].run_id else second
+    )
     while job is not None:
         order.append(JobMeta.from_json(job.meta_raw).run_id)
         assert lane.claim() is None  # the key is held: nothing else of it starts

@@ -20,10 +20,17 @@ def trace(kind: str, **fields: Any) -> None:
 
 def _ctx_fields(ctx: JobContext) -> dict[str, Any]:
     return {
-        "job": ctx.job_name, "run_id": ctx.run_id, "job_id": ctx.job_id, "tenant": ctx.tenant_id,
-        "attempt": ctx.attempt, "final": ctx.final_attempt, "user": ctx.triggered_by,
-        "trigger": ctx.trigger_name, "corr": ctx.correlation_id, "lane": ctx.lane,
-    }  # fmt: skip
+        "job": ctx.job_name,
+        "run_id": ctx.run_id,
+        "job_id": ctx.job_id,
+        "tenant": ctx.tenant_id,
+        "attempt": ctx.attempt,
+        "final": ctx.final_attempt,
+        "user": ctx.triggered_by,
+        "trigger": ctx.trigger_name,
+        "corr": ctx.correlation_id,
+        "lane": ctx.lane,
+    }
 
 
 @job(name="tests.record")
@@ -64,7 +71,10 @@ def sleeper(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("sleeper_end", **_ctx_fields(ctx))
 
 
-@job(name="tests.on_invoice", trigger=[on_event("invoice.created"), on_event("invoice.paid", where={"kind": "refund"})])
+@job(
+    name="tests.on_invoice",
+    trigger=[on_event("invoice.created"), on_event("invoice.paid", where={"kind": "refund"})],
+)
 def on_invoice(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("on_invoice", payload=payload, **_ctx_fields(ctx))
 

@@ -25,16 +25,19 @@ def positive_int(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "Run a kumiko_jobs worker for one lane (api or worker). SIGTERM finishes the current job, then exits."
+    help = (
+        "Run a kumiko_jobs worker for one lane (api or worker). SIGTERM finishes the current job, then exits."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--lane", required=True, choices=LANES, help="The lane to consume.")
         parser.add_argument("--burst", action="store_true", help="Exit when no job is queued or due.")
         parser.add_argument("--max-jobs", type=positive_int, default=None, help="Exit after N jobs.")
         parser.add_argument(
-            "--no-scheduler", action="store_true",
+            "--no-scheduler",
+            action="store_true",
             help="Do not promote delayed jobs or fire schedules in this process (pure executor).",
-        )  # fmt: skip
+        )
         parser.add_argument("--name", default=None, help="Worker name (default: generated).")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -44,7 +47,8 @@ class Command(BaseCommand):
             get_redis().ping()
         except redis.RedisError as exc:
             raise CommandError(
-                f"Redis at {redis_url()} is not reachable ({exc}). Start Redis or set KUMIKO_JOBS['REDIS_URL']."
+                f"Redis at {redis_url()} is not reachable ({exc}). "
+                "Start Redis or set KUMIKO_JOBS['REDIS_URL']."
             ) from exc
         worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
         level = {0: "WARNING", 1: "INFO"}.get(options["verbosity"], "DEBUG")
