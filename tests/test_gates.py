@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from django.db import close_old_connections
+from django.db import connections
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys, get_redis
@@ -84,7 +84,7 @@ def test_skip_limit_is_atomic_under_20_concurrent_dispatchers(tenants: list[Any]
         try:
             return dispatch("tests.limited", {"i": i}, tenant=tenant).status
         finally:
-            close_old_connections()
+            connections.close_all()  # threads own their connections
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         statuses = list(pool.map(one, range(20)))
