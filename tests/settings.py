@@ -11,6 +11,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so runjobs subprocesses see the test database (they get its path in
     # DATABASE_URL); one per pytest process, so concurrent test runs don't share it.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / f".test-{os.getpid()}.sqlite3")}
+else:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_kumiko_{os.getpid()}"}
 
 # tests/integration starts runjobs subprocesses; a test may shorten timings for its worker with
 # env KUMIKO_TEST_<KEY> (seconds), e.g. KUMIKO_TEST_UNKNOWN_JOB_GRACE=1.
