@@ -152,3 +152,52 @@ def replacing(payload: dict[str, Any], ctx: JobContext) -> None:
 @job(name="tests.debounced", concurrency="debounce", debounce_ms=200)
 def debounced(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("debounced", payload, ctx)
+
+
+@job(name="tests.notes")
+def notes(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Reads through a django-scopes manager: sees only the run's tenant."""
+    from project.demo.models import Note
+
+    trace("notes", seen=sorted({n.tenant_id for n in Note.objects.all()}), **_ctx_fields(ctx))
+
+
+@job(name="tests.notes_unscoped_denied")
+def notes_unscoped_denied(payload: dict[str, Any], ctx: JobContext) -> None:
+    with ctx.cross_tenant_reads():
+        trace("never")
+
+
+@job(
+    name="tests.cross_reads",
+    escape_hatch=EscapeHatch("tests: cross-tenant report", grants=("unscoped",)),
+)
+def cross_reads(payload: dict[str, Any], ctx: JobContext) -> None:
+    from project.demo.models import Note
+
+    with ctx.cross_tenant_reads():
+        seen = sorted({n.tenant_id for n in Note.objects.all()})
+        try:
+            Note.objects.create(tenant_id=seen[0], text="write inside reads")
+            wrote = True
+        except Exception as exc:  # noqa: BLE001  (the refusal is what the test checks)
+            wrote = False
+            trace("write_refused", error=f"{exc.__class__.__name__}: {exc}")
+    trace("cross_reads", seen=seen, wrote=wrote, **_ctx_fields(ctx))
+
+
+@job(name="tests.per_tenant_retry", per_tenant=True, retries=1)
+def per_tenant_retry(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("per_tenant_retry", **_ctx_fields(ctx))
+
+
+@job(name="tests.limited_event", trigger=on_event("limited.happened"), max_per_tenant=1)
+def limited_event(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("limited_event", **_ctx_fields(ctx))
+
+
+@job(name="tests.sequential_flaky", concurrency="sequential", concurrency_scope="job", retries=1)
+def sequential_flaky(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("sequential_flaky", **_ctx_fields(ctx))
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails")

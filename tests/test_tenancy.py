@@ -1,0 +1,115 @@
+"""Tenant activation, escape hatches and per-tenant fan-out (spec G 25-27, 40, 45-47)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django_scopes import scopes_disabled
+
+from kumiko_jobs import dispatch, emit
+from kumiko_jobs.models import EscapeHatchAudit, JobRun, RunStatus
+from kumiko_jobs.testing import drain
+from project.demo.models import Note
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def notes(tenants: list[Any]) -> list[Any]:
+    with scopes_disabled():
+        return [Note.objects.create(tenant=t, text=f"note of {t.slug}") for t in tenants]
+
+
+def test_handler_sees_only_its_tenant_through_scoped_managers(
+    tenants: list[Any], notes: Any, traces: Any
+) -> None:
+    for tenant in tenants:
+        dispatch("tests.notes", {}, tenant=tenant)
+    drain()
+    assert sorted((e["tenant"], e["seen"]) for e in traces("notes")) == sorted(
+        (str(t.pk), [t.pk]) for t in tenants
+    )
+
+
+def test_cross_tenant_reads_denied_without_grant_and_nothing_audited(tenants: list[Any]) -> None:
+    result = dispatch("tests.notes_unscoped_denied", {}, tenant=tenants[0])
+    drain()
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.status == RunStatus.FAILED
+    assert "EscapeHatchDenied" in run.error and 'grants=("unscoped",)' in run.error
+    assert not EscapeHatchAudit.objects.exists()
+
+
+def test_cross_tenant_reads_see_all_tenants_refuse_writes_and_audit_once(
+    tenants: list[Any], notes: Any, traces: Any
+) -> None:
+    for _ in range(2):
+        dispatch("tests.cross_reads", {}, tenant=tenants[0])
+    drain()
+    entries = traces("cross_reads")
+    assert [e["seen"] for e in entries] == [[t.pk for t in tenants]] * 2
+    assert [e["wrote"] for e in entries] == [False, False]
+    assert "reads only" in traces("write_refused")[0]["error"]
+    [audit] = EscapeHatchAudit.objects.all()
+    assert (audit.kind, audit.count, audit.reason) == ("cross_tenant_reads", 2, "tests: cross-tenant report")
+    assert audit.tenant_id == str(tenants[0].pk) and audit.actor == "kumiko-system"
+
+
+def test_per_tenant_without_tenant_source_fails_the_wrapper(settings: Any, tenants: list[Any]) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": None}
+    result = dispatch("tests.per_tenant", {})
+    assert drain() == {"failed": 1}
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.status == "failed" and "ACTIVE_TENANTS" in run.error
+    dispatch("tests.record", {})
+    assert drain() == {"succeeded": 1}  # the runner keeps going
+
+
+def test_wrapper_failing_midway_is_retried_without_double_fan_out(
+    settings: Any, tenants: list[Any], traces: Any
+) -> None:
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "tests.testapp.tenants.fails_midway_once",
+    }
+    result = dispatch("tests.per_tenant_retry", {})
+    counts = drain()
+    assert counts == {"retried": 1, "succeeded": 1 + len(tenants)}
+    assert sorted(e["tenant"] for e in traces("per_tenant_retry")) == sorted(str(t.pk) for t in tenants)
+    wrapper = JobRun.objects.get(pk=result.run_id)
+    assert (wrapper.status, wrapper.attempt, wrapper.fanout_count) == ("succeeded", 2, len(tenants))
+    assert JobRun.objects.filter(job_name="tests.per_tenant_retry").count() == len(tenants)
+
+
+def test_fan_out_children_retry_each_tenant(settings: Any, tenants: list[Any], traces: Any) -> None:
+    dispatch("tests.per_tenant", {}, tenant=None)
+    drain()
+    assert len(traces("per_tenant")) == len(tenants)
+    children = JobRun.objects.filter(job_name="tests.per_tenant")
+    assert {c.tenant_id for c in children} == {str(t.pk) for t in tenants}
+
+
+def test_emit_skips_a_tenant_at_its_cap(tenants: list[Any], traces: Any) -> None:
+    first = emit("limited.happened", {}, tenant=tenants[0])
+    second = emit("limited.happened", {}, tenant=tenants[0])
+    other = emit("limited.happened", {}, tenant=tenants[1])
+    assert [r.status for r in first + second + other] == ["queued", "skipped", "queued"]
+    assert second[0].reason == "max_per_tenant"
+    drain()
+    assert len(traces("limited_event")) == 2
+
+
+def test_sequential_retry_keeps_attempts_and_runs_twice(traces: Any) -> None:
+    result = dispatch("tests.sequential_flaky", {})
+    other = dispatch("tests.sequential_flaky", {})
+    assert drain() == {"retried": 2, "succeeded": 2}
+    entries = traces("sequential_flaky")
+    # One key, FIFO: a retry queues behind the run that was already waiting.
+    assert [(e["run_id"], e["attempt"]) for e in entries] == [
+        (result.run_id, 1),
+        (other.run_id, 1),
+        (result.run_id, 2),
+        (other.run_id, 2),
+    ]
+    assert JobRun.objects.get(pk=result.run_id).attempt == 2
