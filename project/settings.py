@@ -112,6 +112,8 @@ RQ_QUEUES: dict[str, dict[str, Any]] = {
     f"{QUEUE_PREFIX}:{lane}": {
         "URL": REDIS_URL,
         "SERIALIZER": "rq.serializers.JSONSerializer",
+        # Counts and lists the lane's per-tenant flows, not only RQ's plain list.
+        "QUEUE_CLASS": "kumiko_jobs.rq_queue.LaneQueue",
     }
     for lane in ("api", "worker")
 }

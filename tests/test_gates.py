@@ -207,3 +207,14 @@ def test_stock_rq_push_is_swept_into_its_flow(redis_client: Any) -> None:
     promote_due(redis_client, keys, "worker")
     assert redis_client.llen(keys.queue("worker")) == 0
     assert drain() == {"succeeded": 1}
+
+
+def test_django_rq_queue_counts_and_lists_flows(tenants: list[Any]) -> None:
+    from kumiko_jobs.rq_queue import LaneQueue
+
+    ids = [dispatch("tests.record", {}, tenant=t).job_id for t in tenants]
+    ids.append(dispatch("tests.capped", {}, tenant=tenants[0]).job_id)
+    queue = LaneQueue(get_keys().queue_name("worker"), connection=get_redis())
+    assert queue.count == 4
+    assert sorted(queue.get_job_ids()) == sorted(ids)
+    assert len(queue.get_job_ids(1, 2)) == 2
