@@ -25,8 +25,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "JOB_MODULE": "jobs",
     # Seconds a dispatch waits for Redis before raising QueueUnavailable.
     "REDIS_TIMEOUT": 5.0,
-    # Redis retention of finished job hashes (the JobRun table keeps the history).
-    "RESULT_TTL": 24 * 3600,
+    # Redis retention of finished job hashes. Short on purpose: the JobRun table keeps the
+    # history, and a day of hashes at 1,000 jobs/s would be tens of GB of Redis memory.
+    "RESULT_TTL": 600,
     "FAILURE_TTL": 7 * 24 * 3600,
     # A worker whose running job has not heartbeaten for this long is considered dead.
     "ABANDON_AFTER": 20,

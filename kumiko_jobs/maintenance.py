@@ -85,7 +85,13 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
     """Handle runs whose worker died: one reaper per lane at a time (short lock)."""
     if not client.set(keys.reaper_lock(lane), own_name, nx=True, px=4000):
         return 0
-    members = scripts_for(client).take_abandoned(keys=[keys.started(lane)], args=[time.time(), 100])
+    now = time.time()
+    # RQ only trims these registries in its own workers' maintenance; ours do it here.
+    pipe = client.pipeline(transaction=False)
+    pipe.zremrangebyscore(keys.finished(lane), "-inf", now)
+    pipe.zremrangebyscore(keys.failed(lane), "-inf", now)
+    pipe.execute()
+    members = scripts_for(client).take_abandoned(keys=[keys.started(lane)], args=[now, 100])
     for raw in members:
         job_id = raw.decode().split(":", 1)[0]
         _handle_abandoned(client, keys, lane, job_id)
