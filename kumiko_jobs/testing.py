@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
 
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.execution import ClaimedJob, Outcome, run_claimed
@@ -57,3 +62,19 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
             break
         time.sleep(max(wait, 0.005))
     return dict(counts)
+
+
+@contextmanager
+def isolated_prefix(prefix: str | None = None) -> Iterator[str]:
+    """Use a fresh ``QUEUE_PREFIX`` (queues, locks, counters) and delete its keys afterwards."""
+    from django.test import override_settings
+
+    prefix = prefix or f"test-{uuid.uuid4().hex[:12]}"
+    client = get_redis()
+    with override_settings(KUMIKO_JOBS={**getattr(settings, "KUMIKO_JOBS", {}), "QUEUE_PREFIX": prefix}):
+        try:
+            yield prefix
+        finally:
+            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+            if keys:
+                client.delete(*keys)
