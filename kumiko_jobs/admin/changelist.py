@@ -45,6 +45,8 @@ class RunQuerySet(QuerySet[JobRun]):
     def datetimes(  # type: ignore[override]
         self, field_name: str, kind: str, order: str = "ASC", tzinfo: Any = None
     ) -> list[datetime]:
+        if kind not in ("year", "month", "day"):
+            return list(super().datetimes(field_name, kind, order, tzinfo))  # type: ignore[arg-type]
         bounds = self.aggregate(first=Min(field_name), last=Max(field_name))
         if bounds["first"] is None:
             return []

@@ -8,12 +8,23 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from kumiko_jobs.admin.access import is_operator
 from kumiko_jobs.keys import LANES
+from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import tenant_model
 
 # A sidebar of thousands of tenants or job names helps nobody; search narrows further.
 CHOICES_LIMIT = 200
+# Choices come from the newest runs, not from a DISTINCT over the table, which reads every
+# row (0.5 s per page at 2M runs on PostgreSQL). Older values still filter from the URL.
+RECENT_RUNS = 10_000
 NO_TENANT = "-"
+
+
+def recent_values(request: HttpRequest, model_admin: Any, field: str) -> set[str]:
+    # Through the admin's queryset, so tenant staff see only their own tenant's values.
+    runs = model_admin.get_queryset(request).order_by("-queued_at").values_list(field, flat=True)
+    return {value for value in runs[:RECENT_RUNS] if value is not None}
 
 
 class JobNameFilter(admin.SimpleListFilter):
@@ -21,9 +32,11 @@ class JobNameFilter(admin.SimpleListFilter):
     parameter_name = "job_name"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        # Through the admin's queryset, so tenant staff see only their own jobs' names.
-        names = model_admin.get_queryset(request).order_by("job_name").values_list("job_name", flat=True)
-        return [(name, name) for name in names.distinct()[:CHOICES_LIMIT]]
+        names = recent_values(request, model_admin, "job_name")
+        if is_operator(request):
+            # Declared jobs cost no query; tenant staff see only the jobs they have runs of.
+            names |= {definition.name for definition in registry.all()}
+        return [(name, name) for name in sorted(names)[:CHOICES_LIMIT]]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(job_name=self.value()) if self.value() else queryset
@@ -51,8 +64,7 @@ class TenantFilter(admin.SimpleListFilter):
             tenants = model._default_manager.order_by(*(model._meta.ordering or ["pk"]))[:CHOICES_LIMIT]
             choices = [(str(tenant.pk), f"{tenant} ({tenant.pk})") for tenant in tenants]
         else:
-            runs = model_admin.get_queryset(request).exclude(tenant_id=None).order_by("tenant_id")
-            ids = runs.values_list("tenant_id", flat=True).distinct()[:CHOICES_LIMIT]
+            ids = sorted(recent_values(request, model_admin, "tenant_id"))[:CHOICES_LIMIT]
             choices = [(tenant_id, tenant_id) for tenant_id in ids]
         return [*choices, (NO_TENANT, "(no tenant)")]
 

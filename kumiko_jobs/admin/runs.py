@@ -24,7 +24,7 @@ from kumiko_jobs.models import JobRun, RunStatus
 
 # The retry action dispatches one job per run; a "select all" over millions must not.
 RETRY_LIMIT = 100
-STATUS_COLORS = {
+STATUS_COLORS: dict[str, str] = {
     RunStatus.QUEUED: "#64748b", RunStatus.RUNNING: "#2563eb", RunStatus.SUCCEEDED: "#15803d",
     RunStatus.FAILED: "#b91c1c", RunStatus.DEFERRED: "#b45309", RunStatus.DROPPED: "#6b7280",
 }  # fmt: skip
@@ -53,7 +53,9 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
     show_facets = admin.ShowFacets.NEVER
     paginator = CappedCountPaginator
     actions = ("retry_failed_runs",)
-    readonly_fields = ("status_badge", "tenant", "attempts", "duration", "payload_json", "log_lines")
+    readonly_fields = (
+        "status_badge", "tenant", "attempts", "duration", "traceback_text", "payload_json", "log_lines",
+    )  # fmt: skip
     fieldsets_for_staff = (
         (None, {"fields": ("id", "job_name", "status_badge", "tenant", "attempts", "lane", "job_id")}),
         ("Trigger", {"fields": ("subject", "trigger_name", "triggered_by", "correlation_id")}),
@@ -64,13 +66,14 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
     )  # fmt: skip
     fieldsets_for_operators = (
         *fieldsets_for_staff,
-        ("Outcome", {"fields": ("error", "traceback")}),
+        ("Outcome", {"fields": ("error", "traceback_text")}),
         ("Logs", {"fields": ("log_lines",)}),
         ("Payload", {"fields": ("payload_json",)}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
         queryset = super().get_queryset(request)
+        # The same query as a RunQuerySet, whose date hierarchy stays cheap.
         queryset = RunQuerySet(model=queryset.model, query=queryset.query, using=queryset.db)
         if is_operator(request):
             return queryset
@@ -95,7 +98,7 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
-        # Runs change only through the library; without this the detail page is read-only.
+        # Runs change only through the library: False makes the detail page read-only.
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
@@ -106,7 +109,7 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
 
     @admin.display(description="status")
     def status_badge(self, run: JobRun) -> SafeString:
-        color = STATUS_COLORS.get(RunStatus(run.status), "#6b7280")
+        color = STATUS_COLORS.get(run.status, "#6b7280")
         return format_html(BADGE, color, run.get_status_display())
 
     @admin.display(description="tenant")
@@ -129,6 +132,10 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
         if run.started_at is None or run.finished_at is None:
             return "-"
         return format_duration(run.finished_at - run.started_at)
+
+    @admin.display(description="traceback")
+    def traceback_text(self, run: JobRun) -> SafeString | str:
+        return format_html("<pre>{}</pre>", run.traceback) if run.traceback else "-"
 
     @admin.display(description="payload")
     def payload_json(self, run: JobRun) -> SafeString:
