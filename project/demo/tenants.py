@@ -10,7 +10,12 @@ from project.demo.models import Tenant
 
 def active_tenant_ids() -> Iterator[int]:
     # iterator(): fan-out to many tenants never holds the whole list in memory.
-    return Tenant.objects.filter(active=True).order_by("pk").values_list("pk", flat=True).iterator(chunk_size=1000)
+    return (
+        Tenant.objects.filter(active=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .iterator(chunk_size=1000)
+    )
 
 
 def tenant_of_user(user: Any) -> int | None:
