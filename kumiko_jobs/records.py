@@ -70,10 +70,20 @@ def mark_running(
         updated_at=now,
     )
     if not updated:
-        # The dispatcher's insert has not landed (or failed): the run still gets its row.
+        # The dispatcher's insert has not landed (or failed): the run still gets its row. An upsert,
+        # because that queued row may land between the UPDATE above and this insert.
         row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
         row.started_at, row.worker = now, worker
-        JobRun.objects.bulk_create([row], ignore_conflicts=True)
+        fields = [
+            "status",
+            "attempt",
+            "max_attempts",
+            "started_at",
+            "next_attempt_at",
+            "worker",
+            "updated_at",
+        ]
+        JobRun.objects.bulk_create([row], update_conflicts=True, unique_fields=["pk"], update_fields=fields)
 
 
 def mark_succeeded(*, meta: JobMeta, now: datetime, logs: list[LogLine]) -> None:

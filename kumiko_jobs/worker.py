@@ -59,9 +59,8 @@ class LaneWorker(SimpleWorker):
         self._install_signal_handlers()  # type: ignore[no-untyped-call]
         self._heartbeat = Heartbeat(self.client, self.keys, self.lane, self.key)
         self._heartbeat.start()
-        done = 0
         try:
-            done = self._loop(burst, max_jobs)
+            self._loop(burst, max_jobs)
         except StopRequested:
             pass
         except redis.ConnectionError:
@@ -70,6 +69,7 @@ class LaneWorker(SimpleWorker):
         finally:
             self._heartbeat.stop()
             self.teardown()  # type: ignore[no-untyped-call]
+        done = sum(self.counts.values())
         logger.info("kumiko_jobs: worker %s stopped after %d jobs %s", self.name, done, self.counts)
         return done > 0
 
@@ -101,6 +101,9 @@ class LaneWorker(SimpleWorker):
             heartbeat.member = ""
             self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
             pending = (job.job_id, member, outcome)
+            if outcome.retry_at and self.schedule:
+                # Wake for this run's own retry or deferral, not at the next promotion round.
+                self._next_promote = min(self._next_promote, outcome.retry_at)
             done += 1
 
     def _step(
