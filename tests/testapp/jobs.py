@@ -201,3 +201,41 @@ def sequential_flaky(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("sequential_flaky", **_ctx_fields(ctx))
     if ctx.attempt == 1:
         raise RuntimeError("first attempt fails")
+
+
+# --- tenancy end to end (tests/integration/test_tenancy_e2e.py) ------------------------------
+
+
+@job(name="tests.hatch_slow", escape_hatch=EscapeHatch("tests read across tenants", grants=("unscoped",)))
+def hatch_slow(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Uses the unscoped hatch, then keeps its worker busy so the next run goes to another one."""
+    with ctx.unscoped():
+        trace("hatch_slow", **_ctx_fields(ctx))
+    time.sleep(float(payload.get("seconds", 0)))
+
+
+@job(
+    name="tests.hatch_in_transaction",
+    escape_hatch=EscapeHatch("tests read across tenants", grants=("unscoped",)),
+)
+def hatch_in_transaction(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Uses the unscoped hatch inside a transaction that stays open for payload["seconds"]."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        with ctx.unscoped():
+            trace("hatch_in_transaction", **_ctx_fields(ctx))
+        time.sleep(float(payload.get("seconds", 0)))
+
+
+@job(
+    name="tests.per_tenant_limited",
+    per_tenant=True,
+    max_per_tenant=100,
+    retries=1,
+    backoff=Backoff("fixed", delay_ms=3000),
+)
+def per_tenant_limited(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Fan-out whose children pass a per-tenant skip limit (a test breaks one tenant's counter
+    to make the wrapper's first attempt fail midway); the wrapper retries after 3 s."""
+    trace("per_tenant_limited", **_ctx_fields(ctx))

@@ -1,0 +1,113 @@
+"""End to end: stopping workers (SIGTERM, SIGKILL, --max-jobs, --burst) loses no job."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.models import JobRun, RunStatus
+from tests.integration.support import log_messages
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_sigterm_lets_the_running_job_finish_and_starts_no_other(
+    start_worker: Any, wait_for_run: Any, wait_for_traces: Any, traces: Any, redis_client: Any
+) -> None:
+    worker = start_worker("worker")
+    running = dispatch("tests.sleeper", {"seconds": 2})
+    waiting = dispatch("tests.record", {"n": "after sigterm"})
+    [start] = wait_for_traces("sleeper_start")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=15) == 0
+    [end] = traces("sleeper_end")
+    assert end["t"] - start["t"] >= 2
+    assert JobRun.objects.get(pk=running.run_id).status == RunStatus.SUCCEEDED
+    # The job queued behind it was not started, and it is still queued for the next worker.
+    assert traces("record") == []
+    assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.QUEUED
+    assert redis_client.hget(get_keys().job(waiting.job_id), "status") == b"queued"
+    assert "warm shut down requested" in worker.output()
+
+    successor = start_worker("worker")
+    assert wait_for_run(waiting.run_id).status == RunStatus.SUCCEEDED
+    assert traces("record")[0]["pid"] == successor.pid
+    # An idle worker stops at once (it is blocked waiting for work) and unregisters.
+    successor.signal(signal.SIGTERM)
+    assert successor.wait(timeout=5) == 0
+    assert f"rq:worker:{get_keys().prefix}-worker-2".encode() not in redis_client.smembers("rq:workers")
+
+
+def test_job_of_a_killed_worker_is_run_again_by_another_within_a_minute(
+    start_worker: Any, wait_for_run: Any, wait_for_traces: Any, traces: Any
+) -> None:
+    """Default timings (ABANDON_AFTER=30 s): the reaper of a live worker hands the run on."""
+    first = start_worker("worker")
+    result = dispatch("tests.hang_first", {"seconds": 120})  # retries=0
+    wait_for_traces("hang_first_start")
+    assert JobRun.objects.get(pk=result.run_id).status == RunStatus.RUNNING
+
+    first.kill_group()
+    killed_at = time.time()
+    second = start_worker("worker")
+    run = wait_for_run(result.run_id, timeout=60)
+
+    starts = traces("hang_first_start")
+    assert [(e["pid"], e["attempt"]) for e in starts] == [(first.pid, 1), (second.pid, 2)]
+    assert starts[1]["t"] - killed_at < 60
+    assert [e["pid"] for e in traces("hang_first_end")] == [second.pid]
+    # A retry-less job gets one extra attempt after an abandonment (ABANDONED_RETRIES).
+    assert (run.status, run.attempt, run.worker) == (RunStatus.SUCCEEDED, 2, f"{get_keys().prefix}-worker-2")
+    [abandoned] = log_messages(run, "error")
+    assert abandoned.startswith("AbandonedJob: the worker running attempt 1 stopped heartbeating")
+    # The reaper put the run back in the queue (a retry), where the live worker took it.
+    assert f"reaped abandoned job {result.job_id} (tests.hang_first): retried" in second.output()
+
+
+def test_a_live_long_job_keeps_its_lease_and_is_not_run_twice(
+    start_worker: Any, wait_for_run: Any, wait_for_traces: Any, traces: Any
+) -> None:
+    """Short timings: a job running for twice ABANDON_AFTER is kept alive by heartbeats."""
+    fast = {"KUMIKO_TEST_ABANDON_AFTER": "2", "KUMIKO_TEST_HEARTBEAT_INTERVAL": "0.5"}
+    workers = {start_worker("worker", env=fast).pid for _ in range(2)}  # one runs it, one reaps
+    # Long enough that the idle worker reaps (every 5 s) after the 2 s lease would have expired.
+    result = dispatch("tests.sleeper", {"seconds": 8})
+
+    run = wait_for_run(result.run_id, timeout=20)
+
+    [start] = traces("sleeper_start")
+    assert (start["pid"] in workers, start["attempt"]) == (True, 1)
+    assert (run.status, run.attempt, log_messages(run, "error")) == (RunStatus.SUCCEEDED, 1, [])
+
+
+def test_max_jobs_exits_after_that_many_jobs(start_worker: Any, traces: Any, redis_client: Any) -> None:
+    results = [dispatch("tests.record", {"n": n}) for n in range(3)]
+
+    worker = start_worker("worker", "--max-jobs", "2", wait=False)
+
+    assert worker.wait(timeout=30) == 0
+    assert [e["payload"]["n"] for e in traces("record")] == [0, 1]
+    statuses = [JobRun.objects.get(pk=r.run_id).status for r in results]
+    assert statuses == [RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.QUEUED]
+    assert redis_client.hget(get_keys().job(results[2].job_id), "status") == b"queued"
+    assert "stopped after 2 jobs" in worker.output()
+
+
+def test_burst_exits_when_nothing_is_queued_or_due(start_worker: Any, traces: Any, redis_client: Any) -> None:
+    now = [dispatch("tests.record", {"n": n}) for n in range(2)]
+    later = dispatch("tests.record", {"n": "later"}, delay=600)
+
+    worker = start_worker("worker", "--burst", wait=False)
+
+    assert worker.wait(timeout=30) == 0
+    assert sorted(e["payload"]["n"] for e in traces("record")) == [0, 1]
+    assert [JobRun.objects.get(pk=r.run_id).status for r in now] == [RunStatus.SUCCEEDED] * 2
+    assert JobRun.objects.get(pk=later.run_id).status == RunStatus.QUEUED
+    assert redis_client.zscore(get_keys().scheduled("worker"), later.job_id) is not None
