@@ -63,6 +63,7 @@ def get_config() -> dict[str, Any]:
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
     if setting == "KUMIKO_JOBS":
         get_config.cache_clear()
-        from kumiko_jobs import connection
+        from kumiko_jobs import connection, tenancy
 
         connection.reset()
+        tenancy.reset_caches()

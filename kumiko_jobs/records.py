@@ -185,10 +185,6 @@ def safe(write: Any, *args: Any, **kwargs: Any) -> bool:
     return True
 
 
-def find_runs(job_ids: Iterable[str]) -> dict[str, JobRun]:
-    return {run.job_id: run for run in JobRun.objects.filter(job_id__in=list(job_ids))}
-
-
 def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
     """Queued runs that will never run (replaced); a run that already started is left alone."""
     JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
