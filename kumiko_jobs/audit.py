@@ -1,7 +1,10 @@
 """Escape-hatch audits: one row per (job, tenant, kind) and window, shared by all processes.
 
-Redis decides which process writes the window's row (SET NX), so audit volume does not grow
-with the number of workers; later uses in the window only bump its count.
+Uses are counted on the run's context and written when the handler has returned (or raised),
+outside its transactions: a rolled-back handler transaction cannot take the audit with it,
+and SQLite's single writer is never waited on from inside the job. Redis decides which
+process inserts the window's row (SET NX), so audit volume does not grow with the number of
+workers; the unique constraint settles any race, and later uses only bump the count.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import redis
-from django.db import DatabaseError
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 
 from kumiko_jobs.conf import get_config
@@ -26,53 +29,58 @@ SYSTEM_ACTOR = "kumiko-system"
 
 
 def report_use(ctx: JobContext, kind: str) -> None:
-    """Record one use; never raises (a failing audit write must not fail the job)."""
-    try:
-        _report(ctx, kind)
-    except (DatabaseError, redis.RedisError):
-        logger.exception("kumiko_jobs: escape-hatch audit write failed for %s (%s)", ctx.job_name, kind)
+    """Count one use on the run; logged at once so even a crashed run leaves a trace."""
+    ctx.audit_uses[kind] = ctx.audit_uses.get(kind, 0) + 1
+    logger.warning(
+        "security:escape-hatch-used job=%s tenant=%s kind=%s run=%s",
+        ctx.job_name,
+        ctx.tenant_id,
+        kind,
+        ctx.run_id,
+    )
 
 
-def _report(ctx: JobContext, kind: str) -> None:
-    window = int(get_config().get("AUDIT_WINDOW", 60))
+def flush_audits(ctx: JobContext) -> None:
+    """Write the run's counted uses; never raises (a failing audit write must not fail the job)."""
+    uses, ctx.audit_uses = ctx.audit_uses, {}
+    for kind, count in uses.items():
+        try:
+            _write(ctx, kind, count)
+        except (DatabaseError, redis.RedisError):
+            logger.exception("kumiko_jobs: escape-hatch audit write failed for %s (%s)", ctx.job_name, kind)
+
+
+def _write(ctx: JobContext, kind: str, count: int) -> None:
+    window = int(get_config()["AUDIT_WINDOW"])
     now = datetime.now(UTC)
     start = int(now.timestamp()) // window * window
     window_start = datetime.fromtimestamp(start, UTC)
     tenant = ctx.tenant_id or ""
     key = f"{get_keys().prefix}:audit:{ctx.job_name}:{tenant}:{kind}:{start}"
-    first = get_redis().set(key, "1", nx=True, ex=window * 2)
+    rows = EscapeHatchAudit.objects.filter(
+        job_name=ctx.job_name, tenant_id=tenant, kind=kind, window_start=window_start
+    )
+    if not get_redis().set(key, "1", nx=True, ex=window * 2) and rows.update(
+        count=F("count") + count, last_seen=now
+    ):
+        return
     definition = ctx.definition
     reason = definition.escape_hatch.reason if definition.escape_hatch else f"system_scope job {ctx.job_name}"
-    if first:
-        EscapeHatchAudit.objects.create(
-            job_name=ctx.job_name,
-            tenant_id=tenant,
-            kind=kind,
-            reason=reason,
-            actor=SYSTEM_ACTOR,
-            caller=ctx.triggered_by,
-            run_id=ctx.run_id,
-            window_start=window_start,
-            first_seen=now,
-            last_seen=now,
-        )
-        return
-    updated = EscapeHatchAudit.objects.filter(
-        job_name=ctx.job_name, tenant_id=tenant, kind=kind, window_start=window_start
-    ).update(count=F("count") + 1, last_seen=now)
-    if not updated:
-        # The first writer's insert has not landed yet (or failed): keep the use anyway.
-        EscapeHatchAudit.objects.get_or_create(
-            job_name=ctx.job_name,
-            tenant_id=tenant,
-            kind=kind,
-            window_start=window_start,
-            defaults={
-                "reason": reason,
-                "actor": SYSTEM_ACTOR,
-                "caller": ctx.triggered_by,
-                "run_id": ctx.run_id,
-                "first_seen": now,
-                "last_seen": now,
-            },
-        )
+    try:
+        with transaction.atomic():
+            EscapeHatchAudit.objects.create(
+                job_name=ctx.job_name,
+                tenant_id=tenant,
+                kind=kind,
+                reason=reason,
+                actor=SYSTEM_ACTOR,
+                caller=ctx.triggered_by,
+                run_id=ctx.run_id,
+                window_start=window_start,
+                count=count,
+                first_seen=now,
+                last_seen=now,
+            )
+    except IntegrityError:
+        # Another process inserted the window's row first: count on it.
+        rows.update(count=F("count") + count, last_seen=now)

@@ -80,6 +80,8 @@ class JobContext:
     definition: JobDefinition = field(repr=False)
     log: JobLogger = field(repr=False)
     inline: bool = False
+    # Escape-hatch uses by kind, written by audit.flush_audits() when the handler is done.
+    audit_uses: dict[str, int] = field(default_factory=dict, repr=False)
 
     def dispatch(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
         """Chain a job: same tenant and correlation id unless given."""

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from django.db import close_old_connections
 
 from kumiko_jobs import records
+from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.context import Deferral, JobContext, JobLogger
 from kumiko_jobs.definitions import JobDefinition
@@ -112,6 +113,8 @@ def execute(
     except Exception as exc:
         return failed_attempt(definition, job_id, meta, exc, log.lines)
     finally:
+        if ctx.audit_uses:
+            flush_audits(ctx)
         # Long-lived workers must not keep a broken or expired DB connection between jobs.
         close_old_connections()
     now = datetime.now(UTC)

@@ -113,3 +113,11 @@ def test_sequential_retry_keeps_attempts_and_runs_twice(traces: Any) -> None:
         (other.run_id, 2),
     ]
     assert JobRun.objects.get(pk=result.run_id).attempt == 2
+
+
+def test_audit_is_kept_when_the_handler_rolls_back(tenants: list[Any], traces: Any) -> None:
+    dispatch("tests.hatch_rollback", {}, tenant=tenants[0])
+    drain()
+    assert len(traces("hatch_rollback")) == 1
+    [audit] = EscapeHatchAudit.objects.all()
+    assert (audit.job_name, audit.kind, audit.count) == ("tests.hatch_rollback", "unscoped", 1)

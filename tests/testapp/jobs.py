@@ -239,3 +239,19 @@ def per_tenant_limited(payload: dict[str, Any], ctx: JobContext) -> None:
     """Fan-out whose children pass a per-tenant skip limit (a test breaks one tenant's counter
     to make the wrapper's first attempt fail midway); the wrapper retries after 3 s."""
     trace("per_tenant_limited", **_ctx_fields(ctx))
+
+
+@job(
+    name="tests.hatch_rollback",
+    escape_hatch=EscapeHatch("tests: audit outlives rollback", grants=("unscoped",)),
+)
+def hatch_rollback(payload: dict[str, Any], ctx: JobContext) -> None:
+    from django.db import transaction
+
+    try:
+        with transaction.atomic():
+            with ctx.unscoped():
+                trace("hatch_rollback")
+            raise RuntimeError("roll back the handler's own writes")
+    except RuntimeError:
+        pass
