@@ -1,0 +1,198 @@
+"""``python -m bench [--quick] [--db sqlite|URL] [--only ...] [--profile FILE]``: see BENCHMARKS.md.
+
+Runs every measurement in this one invocation so the sides share the machine's state, prints
+rich tables and (full runs) rewrites this database engine's block of BENCHMARKS.md. Exit code
+0 whether or not targets are met (timings are not a pass/fail matter); 1 when the bench itself
+could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from rich.console import Console
+
+from bench.environment import (
+    ROOT,
+    BenchEnv,
+    BenchError,
+    bench_database,
+    check_prefix,
+    delete_own_keys,
+    delete_own_rows,
+    load_average,
+    machine_facts,
+    new_prefix,
+    own_keys,
+    setup_django,
+)
+from bench.results import Ratio, Report
+
+SECTIONS = ("dispatch", "workers", "commands")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many jobs each measurement uses. Sized so a full run stays under ~3 minutes on 2 cores."""
+
+    dispatch: int
+    rounds: int
+    worker: int
+    fork: int
+    commands: int
+
+
+# The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
+FULL = Plan(dispatch=3000, rounds=3, worker=2000, fork=400, commands=500)
+QUICK = Plan(dispatch=200, rounds=1, worker=200, fork=30, commands=100)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="Small counts: a smoke test, not figures.")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="'sqlite' (a temporary file, the default) or a database URL; default: $DATABASE_URL if set.",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        help="Redis key prefix (default: $KUMIKO_BENCH_PREFIX or bench_<random>); must not be in use.",
+    )
+    parser.add_argument("--only", action="append", choices=SECTIONS, help="Run only this part (repeatable).")
+    parser.add_argument(
+        "--profile", type=Path, help="Run our worker under cProfile, dump to FILE, print a summary."
+    )
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="Where to keep the results (default: BENCHMARKS.md after a complete full run, else nowhere).",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    # Not a terminal (make, CI, the smoke test): a fixed width keeps rows on one line each.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        report, engine = run(args, argv, console)
+    except BenchError as exc:
+        console.print(f"[bold red]bench failed:[/] {exc}")
+        return 1
+    from bench.report import markdown_section, print_report, write_markdown
+
+    print_report(report, console)
+    # Only a complete full run replaces the figures kept in BENCHMARKS.md.
+    complete = not args.quick and not args.only
+    markdown = args.markdown or (ROOT / "BENCHMARKS.md" if complete else None)
+    if markdown is not None:
+        write_markdown(markdown, engine, markdown_section(report, engine))
+        console.print(f"results written to {markdown} (section {engine})")
+    return 0
+
+
+def run(args: argparse.Namespace, argv: list[str], console: Console) -> tuple[Report, str]:
+    plan = QUICK if args.quick else FULL
+    # The caller's KUMIKO_QUEUE_PREFIX may name a live deployment whose keys the clean-up would
+    # delete, so the bench never takes it; it picks its own and refuses one already in use.
+    prefix = check_prefix(args.prefix or os.environ.get("KUMIKO_BENCH_PREFIX") or new_prefix())
+    redis_url = os.environ.get("KUMIKO_REDIS_URL", "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise BenchError(
+            f"Redis at {redis_url} does not answer ({exc}); start it or set KUMIKO_REDIS_URL"
+        ) from exc
+    if own_keys(client, prefix):
+        raise BenchError(f"keys matching *{prefix}* already exist in Redis: pick another --prefix")
+    db = args.db or os.environ.get("DATABASE_URL")
+    command = " ".join(["python -m bench", *argv])
+    if db and not args.db:
+        command = f"DATABASE_URL={_redacted(db)} {command}"
+    with bench_database(db) as (database_url, label):
+        env = BenchEnv(prefix, redis_url, database_url, label, client)
+        django_ready = False
+        try:
+            setup_django(env)
+            django_ready = True
+            report = Report(facts=machine_facts(env), command=command)
+            measure(env, plan, args, report, console)
+            report.facts["load average at end"] = load_average()
+        finally:
+            env.stop_children()
+            delete_own_keys(client, prefix)
+            if django_ready:
+                _forget_database(prefix)
+    from django.db import connection
+
+    return report, connection.vendor
+
+
+def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report, console: Console) -> None:
+    sections = args.only or SECTIONS
+    if "dispatch" in sections:
+        from bench.dispatch_rate import measure_dispatch
+
+        console.log(f"dispatch() vs Queue.enqueue: {plan.rounds} x {plan.dispatch} jobs each")
+        ours, raw = measure_dispatch(env, plan.dispatch, plan.rounds)
+        report.rates += [ours, raw]
+        report.ratios.append(Ratio("dispatch() / rq Queue.enqueue", ours.per_second / raw.per_second, 1.0))
+    if "workers" in sections:
+        from bench.worker_rate import measure_workers, run_ours
+
+        console.log(
+            f"workers: {plan.rounds} rounds of runjobs and SimpleWorker x {plan.worker}, "
+            f"forking Worker x {plan.fork}"
+        )
+        lane, simple, fork = measure_workers(env, plan.worker, plan.fork, plan.rounds)
+        report.rates += [lane, simple, fork]
+        report.ratios += [
+            Ratio("runjobs / rq SimpleWorker", lane.per_second / simple.per_second, 3.0),
+            Ratio("runjobs / rq Worker (fork)", lane.per_second / fork.per_second, 8.0),
+        ]
+        report.notes.append(
+            "Worker rates: jobs / (last ended_at - first started_at) over the jobs' Redis hashes, so "
+            "interpreter start-up and worker registration are excluded; child wall time shown beside."
+        )
+        if args.profile is not None:
+            from bench.profiling import summarise
+
+            console.log(f"profiling runjobs on {plan.worker} jobs (an extra run, not in the table)")
+            run_ours(env, plan.worker, "profile", args.profile)
+            console.print(summarise(args.profile, plan.worker))
+    if "commands" in sections:
+        from bench.command_counts import measure_commands
+
+        console.log(f"Redis commands per job: {plan.commands} jobs each side")
+        counts, where = measure_commands(env, plan.commands)
+        report.commands += counts
+        report.notes.append(
+            f"Commands counted on a {where}; totals include the commands Lua scripts run. Worker sides "
+            "include start-up and shutdown commands spread over the jobs."
+        )
+
+
+def _forget_database(prefix: str) -> None:
+    from django.db import connections
+
+    delete_own_rows(prefix)
+    # Before the temporary SQLite file is removed (and so PostgreSQL sees no idle session).
+    connections.close_all()
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,141 @@
+"""Worker side: ``runjobs --lane worker --burst`` against RQ's SimpleWorker and forking Worker.
+
+Each worker is a child process started on a queue filled beforehand. The rate is taken from
+the job hashes, which every system stamps the same way (RQ's ``started_at`` / ``ended_at``):
+jobs / (last ``ended_at`` - first ``started_at``). Interpreter start-up, Django set-up and
+worker registration fall before the first claim, so they are excluded; the child's wall time
+is reported next to it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+from rq.utils import utcparse
+
+from bench.environment import BenchEnv, BenchError
+from bench.results import Rate
+from bench.rqtasks import noop
+
+ENQUEUE_BATCH = 500
+# -v 0: kumiko_jobs and RQ log at WARNING, like the RQ baselines.
+RUNJOBS = ("manage.py", "runjobs", "--lane", "worker", "--burst", "-v", "0")
+
+
+def fill_lane(env: BenchEnv, count: int, tag: str) -> list[str]:
+    """Queue ``count`` bench.noop jobs through dispatch(): rows in one transaction, pushes on commit."""
+    from django.db import transaction
+
+    from kumiko_jobs import dispatch
+
+    job_ids: list[str] = []
+    with transaction.atomic():
+        for i in range(count):
+            result = dispatch(
+                "bench.noop", {"i": i}, tenant=env.tenant_id, correlation_id=f"{env.prefix}_{tag}"
+            )
+            job_ids.append(str(result.job_id))
+    return job_ids
+
+
+def fill_rq_queue(client: redis.Redis, queue_name: str, count: int) -> list[str]:
+    """Queue ``count`` raw noop jobs with enqueue_many (fast, so filling does not dominate the run)."""
+    queue = Queue(queue_name, connection=client, serializer=JSONSerializer)
+    job_ids = [f"{queue_name}_{i}" for i in range(count)]
+    for start in range(0, count, ENQUEUE_BATCH):
+        batch = job_ids[start : start + ENQUEUE_BATCH]
+        with client.pipeline() as pipe:
+            queue.enqueue_many(
+                [Queue.prepare_data(noop, (start + n,), job_id=job_id) for n, job_id in enumerate(batch)],
+                pipeline=pipe,
+            )
+            pipe.execute()
+    return job_ids
+
+
+def busy_seconds(client: redis.Redis, job_ids: Sequence[str]) -> float:
+    """First start to last end over the jobs' hashes; every job must have finished."""
+    with client.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(f"rq:job:{job_id}", "status", "started_at", "ended_at")
+        rows = pipe.execute()
+    unfinished = [
+        job_id for job_id, (status, _, _) in zip(job_ids, rows, strict=True) if status != b"finished"
+    ]
+    if unfinished:
+        raise BenchError(f"{len(unfinished)} of {len(job_ids)} jobs did not finish, e.g. {unfinished[:3]}")
+    starts = [utcparse(started.decode()) for _, started, _ in rows]
+    ends = [utcparse(ended.decode()) for _, _, ended in rows]
+    return (max(ends) - min(starts)).total_seconds()
+
+
+def _timeout(count: int, slowest_rate: float) -> float:
+    return 60 + count / slowest_rate
+
+
+@dataclass(frozen=True)
+class Round:
+    busy: float  # first started_at to last ended_at
+    wall: float  # child process start to exit
+
+
+def run_ours(env: BenchEnv, count: int, tag: str, profile: Path | None = None) -> Round:
+    from kumiko_jobs.connection import get_redis
+    from kumiko_jobs.models import JobRun, RunStatus
+
+    job_ids = fill_lane(env, count, tag)
+    argv: tuple[str, ...] = RUNJOBS if profile is None else ("-m", "cProfile", "-o", str(profile), *RUNJOBS)
+    started = time.perf_counter()
+    env.run_child(argv, timeout=_timeout(count, 20))
+    wall = time.perf_counter() - started
+    busy = busy_seconds(get_redis(), job_ids)
+    succeeded = JobRun.objects.filter(
+        correlation_id=f"{env.prefix}_{tag}", status=RunStatus.SUCCEEDED
+    ).count()
+    if succeeded != count:
+        raise BenchError(f"runjobs finished {count} jobs but only {succeeded} JobRun rows say succeeded")
+    return Round(busy, wall)
+
+
+def run_rq(env: BenchEnv, count: int, kind: str, tag: str) -> Round:
+    from kumiko_jobs.connection import get_redis
+
+    client = get_redis()
+    queue_name = f"{env.prefix}_rq_{kind}_{tag}"
+    job_ids = fill_rq_queue(client, queue_name, count)
+    started = time.perf_counter()
+    env.run_child(
+        ("-m", "bench.rqworker", kind, queue_name, f"{queue_name}_worker"), timeout=_timeout(count, 5)
+    )
+    wall = time.perf_counter() - started
+    return Round(busy_seconds(client, job_ids), wall)
+
+
+def measure_workers(env: BenchEnv, count: int, fork_count: int, rounds: int) -> tuple[Rate, Rate, Rate]:
+    """Rounds rotate the order of the three workers; each rate is the median round's."""
+    ours = Rate("runjobs --lane worker", count)
+    simple = Rate("rq SimpleWorker", count)
+    fork = Rate("rq Worker (fork per job)", fork_count)
+    walls: dict[str, list[float]] = {rate.label: [] for rate in (ours, simple, fork)}
+    sides: list[tuple[Rate, Callable[[str], Round]]] = [
+        (ours, lambda tag: run_ours(env, count, tag)),
+        (simple, lambda tag: run_rq(env, count, "simple", tag)),
+        (fork, lambda tag: run_rq(env, fork_count, "fork", tag)),
+    ]
+    for number in range(rounds):
+        shift = number % len(sides)
+        for rate, run in sides[shift:] + sides[:shift]:
+            result = run(f"r{number}")
+            rate.seconds.append(result.busy)
+            walls[rate.label].append(result.wall)
+    for rate in (ours, simple, fork):
+        rate.note = f"child wall {statistics.median(walls[rate.label]):.1f}s incl. start-up"
+    ours.note = "records on; " + ours.note
+    return ours, simple, fork
