@@ -77,11 +77,13 @@ DATABASES: dict[str, dict[str, Any]] = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs web and worker processes on one file: wait for locks instead of failing,
     # take the write lock at BEGIN (a deferred lock upgrade fails at once, whatever the timeout),
-    # and let readers proceed while a worker writes (WAL).
+    # and let readers proceed while a worker writes (WAL). synchronous=NORMAL is the usual
+    # WAL setting: commits survive a process crash and skip an fsync each (an OS crash may lose
+    # the last ones) -- the demo's SQLite is not a production database.
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
         "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL;",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
