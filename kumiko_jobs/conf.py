@@ -40,6 +40,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "UNKNOWN_JOB_RETRY_DELAY": 15,
     # Seconds a positive tenant-existence lookup is cached per process.
     "TENANT_CACHE_SECONDS": 60,
+    # Seconds a run must last before its record shows "running" (shorter runs go straight from
+    # queued to their outcome, saving a commit per job; their start time is still recorded).
+    "RUNNING_MARK_DELAY": 0.2,
     # Escape-hatch audit window in seconds: one audit row per (job, tenant, kind) per window.
     "AUDIT_WINDOW": 60,
 }

@@ -12,7 +12,7 @@ import traceback as tb
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from django.db import close_old_connections
 
@@ -56,19 +56,51 @@ class ClaimedJob:
     meta_raw: bytes
 
 
-def run_claimed(job: ClaimedJob, *, worker: str, consumer_lane: str) -> Outcome:
+class RunObserver(Protocol):
+    """How a worker records that a run started: ``started`` when it does, ``finishing`` right
+    before its outcome is written (nothing may record the start after that)."""
+
+    def started(self, meta: JobMeta, start: records.Started) -> None: ...
+
+    def finishing(self) -> None: ...
+
+
+class RecordStartAtOnce:
+    """Write "running" before the handler runs (drain(), boot gates)."""
+
+    def started(self, meta: JobMeta, start: records.Started) -> None:
+        records.safe(
+            records.mark_running, meta=meta, job_id=start.job_id, payload=start.payload, worker=start.worker,
+            now=start.at,
+        )  # fmt: skip
+
+    def finishing(self) -> None:
+        pass
+
+
+def run_claimed(
+    job: ClaimedJob, *, worker: str, consumer_lane: str, observer: RunObserver | None = None
+) -> Outcome:
     """Decode, execute and record one claimed job. Never raises for job errors."""
     now = datetime.now(UTC)
     try:
         meta = JobMeta.from_json(job.meta_raw)
     except MalformedJob as exc:
         return _malformed(job.job_id, None, now, exc)
-    outcome = _run(job, meta, now, worker=worker, consumer_lane=consumer_lane)
+    outcome = _run(job, meta, now, worker=worker, consumer_lane=consumer_lane, observer=observer)
     outcome.flow, outcome.limit_keys = meta.flow, meta.limit_keys
     return outcome
 
 
-def _run(job: ClaimedJob, meta: JobMeta, now: datetime, *, worker: str, consumer_lane: str) -> Outcome:
+def _run(
+    job: ClaimedJob,
+    meta: JobMeta,
+    now: datetime,
+    *,
+    worker: str,
+    consumer_lane: str,
+    observer: RunObserver | None,
+) -> Outcome:
     try:
         payload = decode_payload(job.data)
     except MalformedJob as exc:
@@ -80,12 +112,23 @@ def _run(job: ClaimedJob, meta: JobMeta, now: datetime, *, worker: str, consumer
     definition = registry.find(meta.job_name)
     if definition is None:
         return unknown_job_outcome(job.job_id, meta, now)
-    records.safe(records.mark_running, meta=meta, job_id=job.job_id, payload=payload, worker=worker, now=now)
-    return execute(definition, job.job_id, meta, payload, consumer_lane=consumer_lane)
+    start = records.Started(job_id=job.job_id, payload=payload, worker=worker, at=now)
+    observer = observer or RecordStartAtOnce()
+    observer.started(meta, start)
+    return execute(
+        definition, job.job_id, meta, payload, consumer_lane=consumer_lane, start=start, observer=observer
+    )
 
 
 def execute(
-    definition: JobDefinition, job_id: str, meta: JobMeta, payload: dict[str, Any], *, consumer_lane: str
+    definition: JobDefinition,
+    job_id: str,
+    meta: JobMeta,
+    payload: dict[str, Any],
+    *,
+    consumer_lane: str,
+    start: records.Started,
+    observer: RunObserver,
 ) -> Outcome:
     final = meta.attempt >= meta.max_attempts
     log = JobLogger(definition.name, meta.attempt)
@@ -110,17 +153,21 @@ def execute(
             enforce_timeout(definition.timeout, definition.name),
         ):
             result = definition.func(payload, ctx)
+        error: Exception | None = None
     except Exception as exc:
-        return failed_attempt(definition, job_id, meta, exc, log.lines)
+        error = exc
     finally:
+        observer.finishing()
         if ctx.audit_uses:
             flush_audits(ctx)
         # Long-lived workers must not keep a broken or expired DB connection between jobs.
         close_old_connections()
+    if error is not None:
+        return failed_attempt(definition, job_id, meta, error, log.lines, start=start)
     now = datetime.now(UTC)
     if isinstance(result, Deferral):
-        return _deferred(definition, job_id, meta, result, now, log.lines)
-    records.safe(records.mark_succeeded, meta=meta, now=now, logs=log.lines)
+        return _deferred(definition, job_id, meta, result, now, log.lines, start)
+    records.safe(records.mark_succeeded, meta=meta, now=now, logs=log.lines, started=start)
     return Outcome("ok", ttl=int(get_config()["RESULT_TTL"]), counted_as="succeeded")
 
 
@@ -132,6 +179,7 @@ def failed_attempt(
     logs: list[dict[str, Any]],
     *,
     extra_attempts: int = 0,
+    start: records.Started | None = None,
 ) -> Outcome:
     """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
     now = datetime.now(UTC)
@@ -151,7 +199,15 @@ def failed_attempt(
     )
     logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
     if final:
-        records.safe(records.mark_failed, meta=meta, now=now, error=message, traceback=trace_text, logs=logs)
+        records.safe(
+            records.mark_failed,
+            meta=meta,
+            now=now,
+            error=message,
+            traceback=trace_text,
+            logs=logs,
+            started=start,
+        )
         return Outcome(
             "failed",
             meta=meta.to_json(),
@@ -172,6 +228,7 @@ def failed_attempt(
         logs=logs,
         next_attempt=next_meta.attempt,
         max_attempts=max_attempts,
+        started=start,
     )
     if delay <= 0:
         return Outcome("requeue", meta=next_meta.to_json(), counted_as="retried")
@@ -185,14 +242,15 @@ def _deferred(
     deferral: Deferral,
     now: datetime,
     logs: list[dict[str, Any]],
+    start: records.Started,
 ) -> Outcome:
     if meta.defers >= definition.max_defers:
         error = UnrecoverableError(
             f"Job {definition.name!r} was deferred {definition.max_defers} times (max_defers); giving up."
         )
-        return failed_attempt(definition, job_id, meta, error, logs)
+        return failed_attempt(definition, job_id, meta, error, logs, start=start)
     next_at = now + timedelta(milliseconds=deferral.delay_ms)
-    records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs)
+    records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
     next_meta = JobMeta(**{**meta.__dict__, "defers": meta.defers + 1})
     return Outcome("retry", meta=next_meta.to_json(), retry_at=next_at.timestamp(), counted_as="deferred")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -31,6 +32,16 @@ from kumiko_jobs.models import JobRun, RunStatus
 logger = logging.getLogger("kumiko_jobs")
 
 LogLine = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Started:
+    """When and where an attempt started, for outcome writes that also record the start."""
+
+    job_id: str
+    payload: Mapping[str, Any]
+    worker: str
+    at: datetime
 
 
 def new_run_row(
@@ -103,9 +114,12 @@ def mark_running(
         JobRun.objects.bulk_create([row], update_conflicts=True, unique_fields=["pk"], update_fields=fields)
 
 
-def mark_succeeded(*, meta: JobMeta, now: datetime, logs: list[LogLine]) -> None:
-    update_run(
-        meta.run_id,
+def mark_succeeded(
+    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None
+) -> None:
+    _finish(
+        meta,
+        started,
         status=RunStatus.SUCCEEDED,
         finished_at=now,
         updated_at=now,
@@ -125,8 +139,11 @@ def mark_retry(
     logs: list[LogLine],
     next_attempt: int,
     max_attempts: int,
+    started: Started | None = None,
 ) -> None:
-    JobRun.objects.filter(pk=meta.run_id).update(
+    _finish(
+        meta,
+        started,
         status=RunStatus.QUEUED,
         attempt=next_attempt,
         max_attempts=max_attempts,
@@ -138,8 +155,18 @@ def mark_retry(
     )
 
 
-def mark_failed(*, meta: JobMeta, now: datetime, error: str, traceback: str, logs: list[LogLine]) -> None:
-    JobRun.objects.filter(pk=meta.run_id).update(
+def mark_failed(
+    *,
+    meta: JobMeta,
+    now: datetime,
+    error: str,
+    traceback: str,
+    logs: list[LogLine],
+    started: Started | None = None,
+) -> None:
+    _finish(
+        meta,
+        started,
         status=RunStatus.FAILED,
         finished_at=now,
         updated_at=now,
@@ -150,14 +177,37 @@ def mark_failed(*, meta: JobMeta, now: datetime, error: str, traceback: str, log
     )
 
 
-def mark_deferred(*, meta: JobMeta, now: datetime, next_at: datetime, logs: list[LogLine]) -> None:
-    JobRun.objects.filter(pk=meta.run_id).update(
+def mark_deferred(
+    *, meta: JobMeta, now: datetime, next_at: datetime, logs: list[LogLine], started: Started | None = None
+) -> None:
+    _finish(
+        meta,
+        started,
         status=RunStatus.DEFERRED,
         next_attempt_at=next_at,
         defer_count=meta.defers + 1,
         updated_at=now,
         logs=_all_logs(meta, logs, force_merge=True),
     )
+
+
+def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
+    """Write an attempt's outcome. With ``started`` the row also gets the start (a worker may
+    skip the separate "running" write for short runs), and is created if it is missing."""
+    if started is not None:
+        values.setdefault("attempt", meta.attempt)
+        values = {
+            "started_at": started.at,
+            "worker": started.worker,
+            "max_attempts": meta.max_attempts,
+            **values,
+        }
+    if update_run(meta.run_id, **values) or started is None:
+        return
+    mark_running(
+        meta=meta, job_id=started.job_id, payload=started.payload, worker=started.worker, now=started.at
+    )
+    update_run(meta.run_id, **values)
 
 
 def mark_requeued(*, meta: JobMeta, now: datetime, next_at: datetime | None, logs: list[LogLine]) -> None:

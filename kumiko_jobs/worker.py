@@ -22,6 +22,7 @@ from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.execution import ClaimedJob, Outcome, run_claimed
 from kumiko_jobs.maintenance import Heartbeat, apply_outcome, promote_due, reap
+from kumiko_jobs.run_marker import RunningMarker
 
 logger = logging.getLogger("kumiko_jobs")
 REAP_INTERVAL = 5.0
@@ -59,6 +60,8 @@ class LaneWorker(SimpleWorker):
         self._install_signal_handlers()  # type: ignore[no-untyped-call]
         self._heartbeat = Heartbeat(self.client, self.keys, self.lane, self.key)
         self._heartbeat.start()
+        self._marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
+        self._marker.start()
         try:
             self._loop(burst, max_jobs)
         except StopRequested:
@@ -68,6 +71,7 @@ class LaneWorker(SimpleWorker):
             raise
         finally:
             self._heartbeat.stop()
+            self._marker.stop()
             self.teardown()  # type: ignore[no-untyped-call]
         done = sum(self.counts.values())
         logger.info("kumiko_jobs: worker %s stopped after %d jobs %s", self.name, done, self.counts)
@@ -97,7 +101,7 @@ class LaneWorker(SimpleWorker):
             job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
             member = f"{job.job_id}:{execution_id}"
             heartbeat.member = member
-            outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane)
+            outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane, observer=self._marker)
             heartbeat.member = ""
             self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
             pending = (job.job_id, member, outcome)

@@ -52,7 +52,8 @@ def test_job_of_a_killed_worker_is_run_again_by_another_within_a_minute(
     first = start_worker("worker")
     result = dispatch("tests.hang_first", {"seconds": 120})  # retries=0
     wait_for_traces("hang_first_start")
-    assert JobRun.objects.get(pk=result.run_id).status == RunStatus.RUNNING
+    # A run that lasts is marked running (after RUNNING_MARK_DELAY, 0.2 s).
+    wait_for_run(result.run_id, statuses=("running",), timeout=5)
 
     first.kill_group()
     killed_at = time.time()

@@ -164,7 +164,7 @@ def test_killed_sequential_holder_frees_the_key_within_30_seconds(
     [waiting_end] = traces("sequential_end")
     assert (starts[2]["run_id"], starts[2]["pid"], starts[2]["attempt"]) == (holder.run_id, successor.pid, 2)
     assert starts[2]["t"] >= waiting_end["t"]  # still one at a time
-    run = JobRun.objects.get(pk=holder.run_id)
+    run = wait_for_run(holder.run_id, statuses=("running",), timeout=5)  # marked after 0.2 s
     assert (run.status, run.attempt, run.max_attempts) == (RunStatus.RUNNING, 2, 3)
     [abandoned] = log_messages(run, "error")
     assert abandoned.startswith("AbandonedJob: the worker running attempt 1 stopped heartbeating")
