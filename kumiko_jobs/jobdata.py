@@ -124,40 +124,24 @@ def job_fields(
 ) -> list[Any]:
     """Field/value pairs of a new job hash, in RQ's format."""
     stamp = utcformat(now)
+    # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
+    # field is an argument of the enqueue script call.
     pairs: list[Any] = [
-        "created_at",
-        stamp,
-        "enqueued_at",
-        stamp,
-        "data",
-        encode_data(meta.job_name, payload),
-        "origin",
-        queue_name,
-        "description",
-        f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
-        "status",
-        status,
-        "meta",
-        meta.to_json(),
-        "result_ttl",
-        result_ttl,
-        "failure_ttl",
-        failure_ttl,
-        "timeout",
-        math.ceil(timeout) if timeout else -1,
-        "started_at",
-        "",
-        "ended_at",
-        "",
-        "last_heartbeat",
-        "",
-        "worker_name",
-        "",
-        "kumiko_flow",
-        meta.flow,
-        "kumiko_lk",
-        meta.limit_keys,
-    ]
+        "created_at", stamp,
+        "enqueued_at", stamp,
+        "data", encode_data(meta.job_name, payload),
+        "origin", queue_name,
+        "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
+        "status", status,
+        "meta", meta.to_json(),
+        "result_ttl", result_ttl,
+        "failure_ttl", failure_ttl,
+        "kumiko_flow", meta.flow,
+    ]  # fmt: skip
+    if timeout:
+        pairs += ["timeout", math.ceil(timeout)]
+    if meta.limit_keys:
+        pairs += ["kumiko_lk", meta.limit_keys]
     return pairs
 
 

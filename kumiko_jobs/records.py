@@ -23,8 +23,6 @@ from typing import Any
 
 from django.db import DatabaseError, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.constants import OnConflict
-from django.db.models.sql import InsertQuery
 
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
@@ -73,14 +71,16 @@ def new_run_row(
 
 
 def insert_queued(rows: Sequence[JobRun]) -> None:
-    """Insert queued rows; a row a fast worker already created wins (ignore_conflicts)."""
+    """Insert queued rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING)."""
     if len(rows) != 1:
         JobRun.objects.bulk_create(rows, ignore_conflicts=True)
         return
-    # One row (every dispatch): compiled directly, so it gets the async commit of _fast().
-    query = InsertQuery(JobRun, on_conflict=OnConflict.IGNORE)
-    query.insert_values(list(JobRun._meta.concrete_fields), list(rows))
-    _fast(query)
+    # One row (every dispatch): precompiled SQL with an async commit, see update_run().
+    alias = router.db_for_write(JobRun)
+    connection = connections[alias]
+    row = rows[0]
+    params = [field.get_db_prep_save(getattr(row, field.attname), connection) for field in _INSERT_FIELDS]
+    _execute(connection, _insert_sql(alias), params)
 
 
 def mark_running(
@@ -243,12 +243,6 @@ def _all_logs(meta: JobMeta, logs: list[LogLine], force_merge: bool = False) -> 
     return [*(previous or []), *logs]
 
 
-def _fast(query: InsertQuery) -> int:
-    alias = router.db_for_write(JobRun)
-    sql, params = query.get_compiler(using=alias).as_sql()[0]
-    return _execute(connections[alias], sql, params)
-
-
 def _execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> int:
     """Execute one statement; on PostgreSQL outside a transaction, with an async commit."""
     prefix = (
@@ -279,6 +273,16 @@ def update_run(run_id: str | uuid.UUID, **values: Any) -> int:
 
 
 _FIELDS = {field.name: field for field in JobRun._meta.concrete_fields}
+_INSERT_FIELDS = tuple(JobRun._meta.concrete_fields)
+
+
+@cache
+def _insert_sql(alias: str) -> str:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in _INSERT_FIELDS)
+    values = ", ".join("%s" for _ in _INSERT_FIELDS)
+    # PostgreSQL and SQLite (>= 3.24) both know ON CONFLICT DO NOTHING.
+    return f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"  # noqa: S608
 
 
 @cache
