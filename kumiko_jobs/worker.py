@@ -22,6 +22,8 @@ from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.execution import ClaimedJob, Outcome, run_claimed
 from kumiko_jobs.maintenance import Heartbeat, apply_outcome, promote_due, reap
+from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
+from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
 
 logger = logging.getLogger("kumiko_jobs")
@@ -49,6 +51,7 @@ class LaneWorker(SimpleWorker):
         self.counts: dict[str, int] = {}
         self._next_promote = 0.0
         self._next_reap = 0.0
+        self._next_repair = time.time() + REPAIR_INTERVAL
         self._heartbeat: Heartbeat | None = None
 
     # RQ calls request_stop on SIGTERM/SIGINT: finish the current job (BUSY) or stop at once.
@@ -141,6 +144,9 @@ class LaneWorker(SimpleWorker):
         if now >= self._next_reap:
             self._next_reap = now + REAP_INTERVAL
             reap(self.client, self.keys, self.lane, self.name)
+        if now >= self._next_repair:
+            self._next_repair = now + REPAIR_INTERVAL
+            repair_stale_runs(self.client, self.keys, self.lane)
 
     def _nothing_due(self) -> bool:
         if not self.schedule:

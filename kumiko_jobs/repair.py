@@ -1,0 +1,69 @@
+"""Reconcile run records with Redis: the repair half of "a crash is visible and repairable".
+
+Workers write a run's outcome before telling Redis, and kumiko commits its own record writes
+asynchronously on PostgreSQL, so a crash of a worker or of the database can leave a row that
+says queued or running for a job Redis has already finished. Every minute one worker per lane
+walks unfinished rows older than twice the lease (oldest first, resuming where it stopped) and
+asks Redis what became of each job: one pipelined HGET per batch, no queue scans.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.db.models import Q
+from rq.utils import as_text
+
+from kumiko_jobs.conf import get_config
+from kumiko_jobs.keys import Keys
+from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
+
+logger = logging.getLogger("kumiko_jobs")
+BATCH = 200
+INTERVAL = 60.0
+_REDIS_TO_RUN = {b"finished": RunStatus.SUCCEEDED, b"failed": RunStatus.FAILED}
+
+
+def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
+    """Fix up to BATCH rows whose state Redis contradicts; returns how many were changed."""
+    if not client.set(f"{keys.prefix}:{lane}:repair-lock", "1", nx=True, ex=int(INTERVAL)):
+        return 0
+    now = datetime.now(UTC)
+    cutoff = now - timedelta(seconds=2 * float(get_config()["ABANDON_AFTER"]))
+    mark_key = f"{keys.prefix}:{lane}:repair-mark"
+    mark = client.get(mark_key)
+    rows = JobRun.objects.filter(lane=lane, status__in=ACTIVE_STATUSES, updated_at__lt=cutoff)
+    if mark:
+        stamp, _, mark_pk = as_text(mark).partition("|")
+        after = datetime.fromisoformat(stamp)
+        rows = rows.filter(Q(updated_at__gt=after) | Q(updated_at=after, pk__gt=mark_pk))
+    batch = list(
+        rows.order_by("updated_at", "pk").values_list("pk", "job_id", "status", "updated_at")[:BATCH]
+    )
+    if len(batch) < BATCH:
+        client.delete(mark_key)  # reached the newest stale row: start from the oldest next time
+    else:
+        last = batch[-1]
+        client.set(mark_key, f"{last[3].isoformat()}|{last[0]}")
+    if not batch:
+        return 0
+    pipe = client.pipeline(transaction=False)
+    for _pk, job_id, _status, _updated in batch:
+        pipe.hget(keys.job(job_id), "status")
+    changed = 0
+    for (pk, job_id, status, _updated), redis_status in zip(batch, pipe.execute(), strict=True):
+        target = _REDIS_TO_RUN.get(redis_status) if redis_status is not None else RunStatus.FAILED
+        if target is None or target == status:
+            continue  # queued, scheduled or started in Redis: the row is right (or will be)
+        note = (
+            "Run record repaired from Redis: the outcome write was lost (worker or database crash)."
+            if redis_status is not None
+            else "The job is gone from Redis (expired or deleted) while its record was unfinished."
+        )
+        changed += JobRun.objects.filter(pk=pk, status=status).update(
+            status=target, finished_at=now, updated_at=now, error=note if target == RunStatus.FAILED else ""
+        )
+        logger.warning("kumiko_jobs: repaired run %s (job %s): %s -> %s", pk, job_id, status, target)
+    return changed
