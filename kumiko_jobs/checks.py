@@ -266,6 +266,15 @@ def check_settings(app_configs: Iterable[AppConfig] | None = None, **kwargs: Any
                     id="kumiko_jobs.E013",
                 )
             )
+    delay = config["RUNNING_MARK_DELAY"]
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+        out.append(
+            Error(
+                f"KUMIKO_JOBS['RUNNING_MARK_DELAY'] = {delay!r} must be a number of seconds >= 0.",
+                hint="0 marks every run running at once; the default 0.2 skips that write for short runs.",
+                id="kumiko_jobs.E013",
+            )
+        )
     if config["HEARTBEAT_INTERVAL"] * 2 > config["ABANDON_AFTER"]:
         out.append(
             Error(

@@ -114,6 +114,7 @@ def test_unknown_option_is_a_type_error() -> None:
         ({"ACTIVE_TENANTS": "nowhere.tenants"}, "kumiko_jobs.E013", "ACTIVE_TENANTS"),
         ({"TENANT_MODEL": "demo.Nope"}, "kumiko_jobs.E013", "TENANT_MODEL"),
         ({"RESULT_TTL": 0}, "kumiko_jobs.E013", "RESULT_TTL"),
+        ({"RUNNING_MARK_DELAY": -1}, "kumiko_jobs.E013", "RUNNING_MARK_DELAY"),
         ({"HEARTBEAT_INTERVAL": 20, "ABANDON_AFTER": 30}, "kumiko_jobs.E013", "twice HEARTBEAT_INTERVAL"),
         ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
     ],
