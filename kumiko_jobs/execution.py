@@ -10,14 +10,14 @@ import logging
 import time
 import traceback as tb
 import zlib
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from django.db import close_old_connections
 
 from kumiko_jobs import records
 from kumiko_jobs.audit import flush_audits
+from kumiko_jobs.cap_fallback import current_flow_if_changed, defer_over_lowered_cap
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.context import Deferral, JobContext, JobLogger
 from kumiko_jobs.definitions import JobDefinition
@@ -25,35 +25,12 @@ from kumiko_jobs.dispatching import PER_TENANT_PREFIX
 from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
 from kumiko_jobs.jobdata import JobMeta, decode_payload
 from kumiko_jobs.observability import job_span
+from kumiko_jobs.outcomes import ClaimedJob, Outcome
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import get_activator
 from kumiko_jobs.timeouts import enforce_timeout
 
 logger = logging.getLogger("kumiko_jobs")
-
-OutcomeKind = Literal["ok", "failed", "retry", "requeue"]
-
-
-@dataclass
-class Outcome:
-    """What the worker tells Redis about a finished attempt (see scripts.STEP)."""
-
-    kind: OutcomeKind
-    meta: str = ""
-    retry_at: float = 0.0
-    exc_info: bytes = b""
-    ttl: int = 0
-    counted_as: str = field(default="", compare=False)  # succeeded|failed|retried|deferred|requeued
-    # Of the finished run: the flow whose cap slot it frees and the limits it stops counting in.
-    flow: str = ""
-    limit_keys: str = ""
-
-
-@dataclass
-class ClaimedJob:
-    job_id: str
-    data: bytes
-    meta_raw: bytes
 
 
 class RunObserver(Protocol):
@@ -89,6 +66,8 @@ def run_claimed(
         return _malformed(job.job_id, None, now, exc)
     outcome = _run(job, meta, now, worker=worker, consumer_lane=consumer_lane, observer=observer)
     outcome.flow, outcome.limit_keys = meta.flow, meta.limit_keys
+    if not outcome.current_flow:
+        outcome.current_flow = current_flow_if_changed(registry.find(meta.job_name), meta)
     return outcome
 
 
@@ -112,6 +91,9 @@ def _run(
     definition = registry.find(meta.job_name)
     if definition is None:
         return unknown_job_outcome(job.job_id, meta, now)
+    held_back = defer_over_lowered_cap(definition, meta)
+    if held_back is not None:
+        return held_back
     start = records.Started(job_id=job.job_id, payload=payload, worker=worker, at=now)
     observer = observer or RecordStartAtOnce()
     observer.started(meta, start)

@@ -20,9 +20,10 @@ from django.utils.module_loading import import_string
 from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.dispatching import PER_TENANT_PREFIX, PreparedJob, prepare, push
-from kumiko_jobs.execution import Outcome, failed_attempt
+from kumiko_jobs.execution import failed_attempt
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun
+from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.registry import registry
 
 BATCH = 1000

@@ -41,6 +41,8 @@ class JobMeta:
     trace: dict[str, str] = field(default_factory=dict)
     flow: str = "t|"
     limit_keys: str = ""
+    # Times the run was put back because its (job, tenant) was over a cap lowered since enqueue.
+    cap_defers: int = 0
 
     def to_json(self) -> str:
         raw: dict[str, Any] = {
@@ -59,6 +61,8 @@ class JobMeta:
         }
         if self.limit_keys:
             raw["lk"] = self.limit_keys
+        if self.cap_defers:
+            raw["cd"] = self.cap_defers
         if self.unknown_since is not None:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
@@ -85,6 +89,7 @@ class JobMeta:
                 trace=dict(d.get("trace") or {}),
                 flow=str(d.get("flow", "t|")),
                 limit_keys=str(d.get("lk", "")),
+                cap_defers=int(d.get("cd", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc

@@ -10,11 +10,13 @@ from datetime import UTC, datetime
 import redis
 from rq.utils import utcformat
 
+from kumiko_jobs.cap_fallback import current_flow_if_changed
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import KumikoJobsError, MalformedJob
-from kumiko_jobs.execution import Outcome, failed_attempt
+from kumiko_jobs.execution import failed_attempt
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import Keys
+from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scripts import scripts_for
 
@@ -76,6 +78,7 @@ def apply_outcome(
             keys.lane(lane),
             outcome.flow,
             outcome.limit_keys,
+            outcome.current_flow,
         ],
     )
     return result  # type: ignore[no-any-return]
@@ -115,6 +118,7 @@ def _handle_abandoned(client: redis.Redis, keys: Keys, lane: str, job_id: str) -
     )
     outcome = failed_attempt(registry.find(meta.job_name), job_id, meta, error, [], extra_attempts=grant)
     outcome.flow, outcome.limit_keys = meta.flow, meta.limit_keys
+    outcome.current_flow = current_flow_if_changed(registry.find(meta.job_name), meta)
     apply_outcome(client, keys, lane, job_id, "", outcome)
     logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, meta.job_name, outcome.counted_as)
 

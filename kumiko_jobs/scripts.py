@@ -28,6 +28,12 @@ local function cap_of(flow)
   return tonumber(string.match(flow, '^c(%d+)|'))
 end
 
+-- Running count field of a capped flow: the key without the cap, so runs started under an
+-- older cap still count when the cap changes (a deploy lowers it).
+local function counter_of(flow)
+  return string.match(flow, '^c%d+(|.*)$')
+end
+
 local function arm(P)
   if redis.call('LLEN', P .. 'wake') == 0 then redis.call('RPUSH', P .. 'wake', '1') end
 end
@@ -37,7 +43,7 @@ local function push_flow(P, flow, id, front)
   if front then redis.call('LPUSH', P .. 'q:' .. flow, id) else redis.call('RPUSH', P .. 'q:' .. flow, id) end
   if not redis.call('HGET', P .. 'st', flow) then
     local cap = cap_of(flow)
-    if cap and tonumber(redis.call('HGET', P .. 'run', flow) or '0') >= cap then
+    if cap and tonumber(redis.call('HGET', P .. 'run', counter_of(flow)) or '0') >= cap then
       redis.call('HSET', P .. 'st', flow, 'p')
     else
       -- New flows first: an idle flow that gets work is served next.
@@ -62,21 +68,28 @@ local function sweep(P, plain, max)
   return n
 end
 
--- A capped flow's slot frees: unpark it when it is below its cap again.
-local function release(P, flow)
+-- Put a parked capped flow back in the ring when its (job, tenant) is below the cap again.
+local function unpark(P, flow)
   local cap = cap_of(flow)
-  if not cap then return end
-  local running = redis.call('HINCRBY', P .. 'run', flow, -1)
-  if running <= 0 then redis.call('HDEL', P .. 'run', flow) end
-  if running < cap and redis.call('HGET', P .. 'st', flow) == 'p' then
-    if redis.call('LLEN', P .. 'q:' .. flow) > 0 then
-      redis.call('RPUSH', P .. 'ring', flow)
-      redis.call('HSET', P .. 'st', flow, 'r')
-      arm(P)
-    else
-      redis.call('HDEL', P .. 'st', flow)
-    end
+  if not cap or redis.call('HGET', P .. 'st', flow) ~= 'p' then return end
+  if tonumber(redis.call('HGET', P .. 'run', counter_of(flow)) or '0') >= cap then return end
+  if redis.call('LLEN', P .. 'q:' .. flow) > 0 then
+    redis.call('RPUSH', P .. 'ring', flow)
+    redis.call('HSET', P .. 'st', flow, 'r')
+    arm(P)
+  else
+    redis.call('HDEL', P .. 'st', flow)
   end
+end
+
+-- A capped flow's slot frees: count it and unpark the flow (and the job's current flow, if a
+-- deploy changed the cap since this run was queued).
+local function release(P, flow, current)
+  if not cap_of(flow) then return end
+  local running = redis.call('HINCRBY', P .. 'run', counter_of(flow), -1)
+  if running <= 0 then redis.call('HDEL', P .. 'run', counter_of(flow)) end
+  unpark(P, flow)
+  if current and current ~= '' and current ~= flow then unpark(P, current) end
 end
 
 local function forget_limits(active, lk)
@@ -159,7 +172,7 @@ return out
 # ARGV: 1 now, 2 now_iso, 3 worker, 4 lease deadline, 5 finish id, 6 kind (ok|failed|retry|
 #       requeue|''), 7 wip member, 8 ttl, 9 retry_at, 10 new meta ('' keeps), 11 exc_info,
 #       12 claim ('1'|''), 13 execution id, 14 lane prefix, 15 finished job's flow,
-#       16 finished job's limit keys.
+#       16 finished job's limit keys, 17 the job's current flow when a deploy changed it ('').
 # Returns {id, data, meta} of the claimed job, or false.
 STEP = (
     _COMMON
@@ -171,7 +184,7 @@ if fid ~= '' then
   local jk = 'rq:job:' .. fid
   redis.call('ZREM', KEYS[1], ARGV[7])
   local kind = ARGV[6]
-  if ARGV[15] ~= '' then release(P, ARGV[15]) end
+  if ARGV[15] ~= '' then release(P, ARGV[15], ARGV[17]) end
   if kind == 'ok' or kind == 'failed' or kind == 'dropped' then forget_limits(KEYS[5], ARGV[16]) end
   if redis.call('EXISTS', jk) == 0 then kind = 'gone' end
   if kind == 'ok' then
@@ -202,16 +215,16 @@ for _ = 1, 32 do
   end
   local q = P .. 'q:' .. flow
   local cap = cap_of(flow)
-  local running = cap and redis.call('HINCRBY', P .. 'run', flow, 1) or 0
+  local running = cap and redis.call('HINCRBY', P .. 'run', counter_of(flow), 1) or 0
   if cap and running > cap then
     -- At its cap (e.g. the cap was lowered): park it, pop nothing.
-    redis.call('HINCRBY', P .. 'run', flow, -1)
+    redis.call('HINCRBY', P .. 'run', counter_of(flow), -1)
     redis.call('LPOP', ring)
     redis.call('HSET', P .. 'st', flow, 'p')
   else
     local id = redis.call('LPOP', q)
     if not id then
-      if cap then redis.call('HINCRBY', P .. 'run', flow, -1) end
+      if cap then redis.call('HINCRBY', P .. 'run', counter_of(flow), -1) end
       redis.call('LPOP', ring)
       redis.call('HDEL', P .. 'st', flow)
     else
@@ -234,7 +247,7 @@ for _ = 1, 32 do
         return {id, f[1], f[2] or ''}
       end
       -- The hash vanished while queued (deleted or expired): free the slot, take the next.
-      if cap then release(P, flow) end
+      if cap then release(P, flow, nil) end
     end
   end
 end

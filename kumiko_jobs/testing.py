@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from django.conf import settings
 
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.execution import ClaimedJob, Outcome, run_claimed
+from kumiko_jobs.execution import run_claimed
 from kumiko_jobs.keys import LANES
 from kumiko_jobs.maintenance import apply_outcome, promote_due
+from kumiko_jobs.outcomes import ClaimedJob, Outcome
 
 DRAIN_WORKER = "kumiko-drain"
 

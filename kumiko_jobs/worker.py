@@ -20,8 +20,9 @@ from rq.worker import SimpleWorker, WorkerStatus
 
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.execution import ClaimedJob, Outcome, run_claimed
+from kumiko_jobs.execution import run_claimed
 from kumiko_jobs.maintenance import Heartbeat, apply_outcome, promote_due, reap
+from kumiko_jobs.outcomes import ClaimedJob, Outcome
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker

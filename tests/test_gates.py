@@ -15,10 +15,10 @@ from django.db import connections
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.execution import ClaimedJob, Outcome
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.maintenance import apply_outcome, promote_due, reap
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.outcomes import ClaimedJob, Outcome
 from kumiko_jobs.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,3 +218,41 @@ def test_django_rq_queue_counts_and_lists_flows(tenants: list[Any]) -> None:
     assert queue.count == 4
     assert sorted(queue.get_job_ids()) == sorted(ids)
     assert len(queue.get_job_ids(1, 2)) == 2
+
+
+def test_cap_lowered_while_runs_wait_holds_them_back_without_attempts(tenants: list[Any]) -> None:
+    """Runs queued under cap 2 that reach a worker after a deploy lowered the cap to 1 are put
+    back (no attempt consumed) while the tenant has a run going; new runs wait parked."""
+    import dataclasses
+
+    from kumiko_jobs import MaxPerTenant
+    from kumiko_jobs.execution import run_claimed
+    from kumiko_jobs.registry import registry
+
+    tenant = str(tenants[0].pk)
+    queued = [dispatch("tests.capped", {"i": i}, tenant=tenant) for i in range(3)]
+    lane = Lane()
+    first = lane.claim()
+    assert first is not None
+    original = registry.get("tests.capped")
+    registry._jobs["tests.capped"] = dataclasses.replace(
+        original, max_per_tenant=MaxPerTenant(1, on_limit="defer", defer_ms=50)
+    )
+    try:
+        late = dispatch("tests.capped", {"late": True}, tenant=tenant)
+        assert get_redis().hget(get_keys().lane("worker") + "st", f"c1|tests.capped|{tenant}") == b"p"
+        second = lane.claim()  # from the old cap-2 flow: the claim itself cannot know the new cap
+        assert second is not None
+        outcome = run_claimed(second, worker="sim", consumer_lane="worker")
+        assert (outcome.kind, outcome.counted_as) == ("retry", "requeued")
+        row = JobRun.objects.get(pk=queued[1].run_id)
+        assert (row.status, row.attempt) == (RunStatus.QUEUED, 1)
+        assert "the cap is now 1" in row.logs[-1]["msg"]
+        lane.finish(first)
+        apply_outcome(get_redis(), get_keys(), "worker", second.job_id, f"{second.job_id}:x", outcome)
+        # With the tenant's slot free, everything still runs, one at a time, none lost.
+        counts = drain(timeout=5)
+        assert counts == {"succeeded": 3}
+        assert JobRun.objects.get(pk=late.run_id).status == RunStatus.SUCCEEDED
+    finally:
+        registry._jobs["tests.capped"] = original

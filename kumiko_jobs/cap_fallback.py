@@ -1,0 +1,57 @@
+"""The fallback for runs that reach a worker over their (job, tenant) cap.
+
+The fair dequeue never hands out a run of a capped flow at its cap. Only a run queued under an
+older, higher cap (a deploy lowered ``max_per_tenant``, or made a job sequential) can start
+over the new cap: such a run is put back with a growing delay, ``min(defer_ms * 2**min(n, 6),
+60 s) + random[0, defer_ms)``, without consuming an attempt. The check is one string
+comparison for every other run.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from kumiko_jobs import records
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.definitions import JobDefinition
+from kumiko_jobs.gates import gates_for
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.outcomes import Outcome
+
+MAX_DELAY_MS = 60_000
+
+
+def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome | None:
+    keys = get_keys()
+    flow = gates_for(definition, meta.tenant_id, keys).flow
+    if flow == meta.flow or not flow.startswith("c"):
+        return None
+    cap, _, base = flow[1:].partition("|")
+    # The claim counted this run under the same (job, tenant) key, so "over" means > cap.
+    running = int(get_redis().hget(keys.lane(meta.lane) + "run", "|" + base) or 0)
+    if running <= int(cap):
+        return None
+    defer_ms = definition.max_per_tenant.defer_ms if definition.max_per_tenant else 1000
+    delay_ms = min(defer_ms * 2 ** min(meta.cap_defers, 6), MAX_DELAY_MS) + random.randrange(defer_ms)  # noqa: S311
+    now = datetime.now(UTC)
+    next_at = now + timedelta(milliseconds=delay_ms)
+    line = {
+        "t": now.isoformat(),
+        "level": "info",
+        "msg": f"waiting: {running - 1} runs of this job and tenant are running, the cap is now {cap}",
+        "attempt": meta.attempt,
+    }
+    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    next_meta = JobMeta(**{**meta.__dict__, "cap_defers": meta.cap_defers + 1})
+    outcome = Outcome("retry", meta=next_meta.to_json(), retry_at=next_at.timestamp(), counted_as="requeued")
+    outcome.current_flow = flow
+    return outcome
+
+
+def current_flow_if_changed(definition: JobDefinition | None, meta: JobMeta) -> str:
+    """The job's flow under this deploy when it is a capped one that differs from the run's."""
+    if definition is None or not meta.flow.startswith("c"):
+        return ""
+    flow = gates_for(definition, meta.tenant_id, get_keys()).flow
+    return flow if flow != meta.flow else ""
