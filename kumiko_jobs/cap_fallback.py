@@ -33,7 +33,7 @@ def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome 
     if running <= int(cap):
         return None
     defer_ms = definition.max_per_tenant.defer_ms if definition.max_per_tenant else 1000
-    delay_ms = min(defer_ms * 2 ** min(meta.cap_defers, 6), MAX_DELAY_MS) + random.randrange(defer_ms)  # noqa: S311
+    delay_ms = fallback_delay_ms(defer_ms, meta.cap_defers)
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
     line = {
@@ -47,6 +47,11 @@ def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome 
     outcome = Outcome("retry", meta=next_meta.to_json(), retry_at=next_at.timestamp(), counted_as="requeued")
     outcome.current_flow = flow
     return outcome
+
+
+def fallback_delay_ms(defer_ms: int, deferrals: int) -> int:
+    """Grows per deferral, capped at a minute, with jitter so held-back runs do not return together."""
+    return min(defer_ms * 2 ** min(deferrals, 6), MAX_DELAY_MS) + random.randrange(defer_ms)  # noqa: S311
 
 
 def current_flow_if_changed(definition: JobDefinition | None, meta: JobMeta) -> str:

@@ -256,3 +256,13 @@ def test_cap_lowered_while_runs_wait_holds_them_back_without_attempts(tenants: l
         assert JobRun.objects.get(pk=late.run_id).status == RunStatus.SUCCEEDED
     finally:
         registry._jobs["tests.capped"] = original
+
+
+def test_fallback_delay_grows_per_deferral_and_is_capped() -> None:
+    from kumiko_jobs.cap_fallback import fallback_delay_ms
+
+    for n, base in [(0, 1000), (1, 2000), (3, 8000), (6, 60_000), (9, 60_000)]:
+        delays = {fallback_delay_ms(1000, n) for _ in range(50)}
+        assert all(base <= d < base + 1000 for d in delays), (n, delays)
+        assert len(delays) > 1  # jittered
+    assert fallback_delay_ms(100_000, 0) >= 60_000  # the cap applies before the jitter
