@@ -51,7 +51,8 @@ def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome 
 
 def fallback_delay_ms(defer_ms: int, deferrals: int) -> int:
     """Grows per deferral, capped at a minute, with jitter so held-back runs do not return together."""
-    return min(defer_ms * 2 ** min(deferrals, 6), MAX_DELAY_MS) + random.randrange(defer_ms)  # noqa: S311
+    grown: int = min(defer_ms * 2 ** min(deferrals, 6), MAX_DELAY_MS)
+    return grown + random.randrange(defer_ms)  # noqa: S311
 
 
 def current_flow_if_changed(definition: JobDefinition | None, meta: JobMeta) -> str:
