@@ -319,6 +319,39 @@ def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> 
     return [_decode(p, r) for p, r in zip(prepared, raw, strict=True)]
 
 
+_OWN_FIELDS = ("meta", "description", "kumiko_flow", "kumiko_lk")
+
+
+def push_batch(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
+    """Queue jobs of one lane that share their payload and options (a fan-out's children) in one
+    script call: the shared hash fields travel once, not once per job. No replace or debounce."""
+    if not prepared:
+        return []
+    client = client or get_redis()
+    first = dict(zip(prepared[0].fields[::2], prepared[0].fields[1::2], strict=True))
+    shared = [item for key, value in first.items() if key not in _OWN_FIELDS for item in (key, value)]
+    args: list[Any] = [get_keys().lane(prepared[0].lane), len(shared), *shared]
+    for p in prepared:
+        own = dict(zip(p.fields[::2], p.fields[1::2], strict=True))
+        limits = "\n".join(str(limit) for _, limit, _ in p.gates.limits)
+        args += [p.job_id, own["meta"], own["description"], p.gates.flow, p.gates.limit_keys, limits]
+    try:
+        _register_queues(client, {prepared[0].lane})
+        codes = scripts_for(client).enqueue_many(keys=[get_keys().active], args=args, client=client)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise _unavailable(exc) from exc
+    return [
+        Pushed(_BATCH_STATUS[code], reason=None if code == b"q" else _BATCH_STATUS[code]) for code in codes
+    ]
+
+
+_BATCH_STATUS: dict[bytes, Literal["queued", "duplicate", "skipped"]] = {
+    b"q": "queued",
+    b"d": "duplicate",
+    b"s": "skipped",
+}
+
+
 def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
     code = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
     if code == "q":

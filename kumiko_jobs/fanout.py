@@ -19,7 +19,7 @@ from django.utils.module_loading import import_string
 
 from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
-from kumiko_jobs.dispatching import PER_TENANT_PREFIX, PreparedJob, prepare, push
+from kumiko_jobs.dispatching import PER_TENANT_PREFIX, PreparedJob, prepare, push_batch
 from kumiko_jobs.execution import failed_attempt
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun
@@ -106,7 +106,7 @@ def _enqueue_batch(
         if child_id not in existing
     ]
     if prepared:
-        outcomes = push(prepared)
+        outcomes = push_batch(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
         records.insert_queued(

@@ -21,7 +21,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from kumiko_jobs.jobdata import JobMeta
@@ -72,15 +72,20 @@ def new_run_row(
 
 def insert_queued(rows: Sequence[JobRun]) -> None:
     """Insert queued rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING)."""
-    if len(rows) != 1:
-        JobRun.objects.bulk_create(rows, ignore_conflicts=True)
-        return
-    # One row (every dispatch): precompiled SQL with an async commit, see update_run().
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
-    row = rows[0]
-    params = [field.get_db_prep_save(getattr(row, field.attname), connection) for field in _INSERT_FIELDS]
-    _execute(connection, _insert_sql(alias), params)
+    params = [
+        [field.get_db_prep_save(getattr(row, field.attname), connection) for field in _INSERT_FIELDS]
+        for row in rows
+    ]
+    if len(params) == 1:  # every dispatch: precompiled SQL with an async commit, see _execute()
+        _execute(connection, _insert_sql(alias), params[0])
+        return
+    own_transaction = not connection.in_atomic_block
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        if own_transaction and connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")  # one commit for the batch
+        cursor.executemany(_insert_sql(alias), params)
 
 
 def mark_running(

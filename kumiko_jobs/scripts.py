@@ -167,6 +167,51 @@ return out
 """
 )
 
+# Queue many new jobs that share most fields (a fan-out's children) in one call. No replace or
+# debounce gates; skip limits apply per job. KEYS: active-limits hash.
+# ARGV: 1 lane prefix, 2 count of shared field/value items, the shared items, then per job:
+#       id, meta, description, flow, limit keys, limits.
+# Returns one code per job: 'q' queued, 'd' duplicate id, 's' skipped by a limit.
+ENQUEUE_MANY = (
+    _COMMON
+    + r"""
+local P = ARGV[1]
+local shared_n = tonumber(ARGV[2])
+local shared = {}
+for i = 3, 2 + shared_n do shared[#shared + 1] = ARGV[i] end
+local out = {}
+for base = 3 + shared_n, #ARGV, 6 do
+  local id, flow, lk = ARGV[base], ARGV[base + 3], ARGV[base + 4]
+  local jk = 'rq:job:' .. id
+  local code = 'q'
+  if redis.call('EXISTS', jk) == 1 then
+    code = 'd'
+  else
+    local limits = {}
+    for v in string.gmatch(ARGV[base + 5], '[^\n]+') do limits[#limits + 1] = tonumber(v) end
+    local i, taken = 0, {}
+    for key in string.gmatch(lk, '[^\n]+') do
+      i = i + 1
+      if redis.call('HINCRBY', KEYS[1], key, 1) > limits[i] then
+        redis.call('HINCRBY', KEYS[1], key, -1)
+        for _, k in ipairs(taken) do redis.call('HINCRBY', KEYS[1], k, -1) end
+        code = 's'
+        break
+      end
+      taken[#taken + 1] = key
+    end
+  end
+  if code == 'q' then
+    redis.call('HSET', jk, 'meta', ARGV[base + 1], 'description', ARGV[base + 2], 'kumiko_flow', flow,
+               'kumiko_lk', lk, unpack(shared))
+    push_flow(P, flow, id, false)
+  end
+  out[#out + 1] = code
+end
+return out
+"""
+)
+
 # Finish the previous job (optional) and claim the next one (optional), one round trip.
 # KEYS: 1 started (wip), 2 finished, 3 failed, 4 scheduled, 5 active-limits hash, 6 plain RQ list.
 # ARGV: 1 now, 2 now_iso, 3 worker, 4 lease deadline, 5 finish id, 6 kind (ok|failed|retry|
@@ -303,6 +348,7 @@ return members
 class LaneScripts:
     def __init__(self, client: redis.Redis) -> None:
         self.enqueue: Script = client.register_script(ENQUEUE)
+        self.enqueue_many: Script = client.register_script(ENQUEUE_MANY)
         self.step: Script = client.register_script(STEP)
         self.promote: Script = client.register_script(PROMOTE)
         self.heartbeat: Script = client.register_script(HEARTBEAT)
