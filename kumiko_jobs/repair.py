@@ -17,8 +17,10 @@ from django.db.models import Q
 from rq.utils import as_text
 
 from kumiko_jobs.conf import get_config
+from kumiko_jobs.gates import gates_for
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
+from kumiko_jobs.registry import registry
 
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 200
@@ -40,7 +42,9 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
         after = datetime.fromisoformat(stamp)
         rows = rows.filter(Q(updated_at__gt=after) | Q(updated_at=after, pk__gt=mark_pk))
     batch = list(
-        rows.order_by("updated_at", "pk").values_list("pk", "job_id", "status", "updated_at")[:BATCH]
+        rows.order_by("updated_at", "pk").values_list(
+            "pk", "job_id", "status", "updated_at", "job_name", "tenant_id"
+        )[:BATCH]
     )
     if len(batch) < BATCH:
         client.delete(mark_key)  # reached the newest stale row: start from the oldest next time
@@ -50,10 +54,12 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
     if not batch:
         return 0
     pipe = client.pipeline(transaction=False)
-    for _pk, job_id, _status, _updated in batch:
-        pipe.hget(keys.job(job_id), "status")
+    for row in batch:
+        pipe.hget(keys.job(row[1]), "status")
     changed = 0
-    for (pk, job_id, status, _updated), redis_status in zip(batch, pipe.execute(), strict=True):
+    for (pk, job_id, status, _updated, job_name, tenant_id), redis_status in zip(
+        batch, pipe.execute(), strict=True
+    ):
         target = _REDIS_TO_RUN.get(redis_status) if redis_status is not None else RunStatus.FAILED
         if target is None or target == status:
             continue  # queued, scheduled or started in Redis: the row is right (or will be)
@@ -65,5 +71,18 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
         changed += JobRun.objects.filter(pk=pk, status=status).update(
             status=target, finished_at=now, updated_at=now, error=note if target == RunStatus.FAILED else ""
         )
+        if redis_status is None:
+            _forget_limits(client, keys, job_name, tenant_id)
         logger.warning("kumiko_jobs: repaired run %s (job %s): %s -> %s", pk, job_id, status, target)
     return changed
+
+
+def _forget_limits(client: redis.Redis, keys: Keys, job_name: str, tenant_id: str | None) -> None:
+    """A job deleted behind kumiko's back (e.g. from RQ's dashboard) never released its skip
+    limits; its declaration says which they were."""
+    definition = registry.find(job_name)
+    if definition is None:
+        return
+    for key, _limit, _reason in gates_for(definition, tenant_id, keys).limits:
+        if client.hincrby(keys.active, key, -1) <= 0:
+            client.hdel(keys.active, key)

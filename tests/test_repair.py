@@ -47,3 +47,13 @@ def test_recent_unfinished_rows_are_left_alone(redis_client: Any) -> None:
     JobRun.objects.filter(pk=result.run_id).update(status=RunStatus.RUNNING)  # updated just now
     assert repair_stale_runs(redis_client, get_keys(), "worker") == 0
     assert JobRun.objects.get(pk=result.run_id).status == RunStatus.RUNNING
+
+
+def test_job_deleted_from_redis_gives_back_its_skip_limit(redis_client: Any, tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+    runs = [dispatch("tests.limited", {}, tenant=tenant) for _ in range(3)]
+    assert dispatch("tests.limited", {}, tenant=tenant).status == "skipped"
+    redis_client.delete(get_keys().job(runs[0].job_id))  # e.g. "delete" in RQ's dashboard
+    _age(runs[0].run_id, RunStatus.QUEUED)
+    assert repair_stale_runs(redis_client, get_keys(), "worker") == 1
+    assert dispatch("tests.limited", {}, tenant=tenant).status == "queued"
