@@ -33,24 +33,28 @@ from bench.environment import (
     setup_django,
 )
 from bench.results import Ratio, Report
+from bench.tenancy import FULL as TENANCY_FULL
+from bench.tenancy import QUICK as TENANCY_QUICK
+from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How many jobs each measurement uses. Sized so a full run stays under ~3 minutes on 2 cores."""
+    """How many jobs each measurement uses. Sized so a full run stays under ~4 minutes on 2 cores."""
 
     dispatch: int
     rounds: int
     worker: int
     fork: int
     commands: int
+    tenancy: Sizes
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
-FULL = Plan(dispatch=3000, rounds=3, worker=2000, fork=400, commands=500)
-QUICK = Plan(dispatch=200, rounds=1, worker=200, fork=30, commands=100)
+FULL = Plan(dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL)
+QUICK = Plan(dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -179,6 +183,16 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
         report.notes.append(
             f"Commands counted on a {where}; totals include the commands Lua scripts run. Worker sides "
             "include start-up and shutdown commands spread over the jobs."
+        )
+    if "tenancy" in sections:
+        from bench.tenancy import measure_tenancy
+
+        report.tenancy += measure_tenancy(env, plan.tenancy, console)
+        report.notes.append(
+            "Tenancy: backlogs pushed with prepare()+push() in pipelined batches (rows inserted first); "
+            "the measured runs go through dispatch() (fan-out: run_fan_out). Latency = the run's "
+            "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
+            "burst run each, not the median of rounds."
         )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.results import CommandCount, Rate, Ratio, Report
+from bench.results import CommandCount, Figure, Rate, Ratio, Report
 
 
 def _mark(met: bool | None) -> str:
@@ -44,8 +44,13 @@ def command_rows(counts: list[CommandCount], top: int = 8) -> list[tuple[str, ..
     ]
 
 
+def figure_rows(figures: list[Figure]) -> list[tuple[str, ...]]:
+    return [(f.label, f.value, f.target, _mark(f.met), f.how) for f in figures]
+
+
 RATE_HEADERS = ("Throughput", "jobs", "jobs/s", "range of rounds", "how")
 RATIO_HEADERS = ("Ratio", "value", "target", "met")
+TENANCY_HEADERS = ("Tenancy", "value", "target", "met", "how")
 COMMAND_HEADERS = (
     "Redis commands",
     "jobs",
@@ -90,6 +95,8 @@ def _tables(report: Report, top: int = 8) -> list[TableData]:
                 command_rows(report.commands, top),
             )
         )
+    if report.tenancy:
+        tables.append(("Tenancy (one worker, one run)", TENANCY_HEADERS, figure_rows(report.tenancy)))
     return tables
 
 

@@ -61,6 +61,18 @@ class CommandCount:
         return ", ".join(f"{name} {calls / self.jobs:.2g}" for name, calls in self.top[:limit])
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One tenancy figure (bench/tenancy.py), formatted where it is measured: the measurements
+    differ in kind (latencies, rates, ratios either way round), so each carries its own text."""
+
+    label: str
+    value: str
+    target: str = ""
+    met: bool | None = None
+    how: str = ""
+
+
 @dataclass
 class Report:
     facts: dict[str, str]
@@ -68,4 +80,5 @@ class Report:
     rates: list[Rate] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
     commands: list[CommandCount] = field(default_factory=list)
+    tenancy: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -5,9 +5,12 @@ temporary SQLite file (or the PostgreSQL database it was given) before Django st
 """
 
 from project.settings import *  # noqa: F403
-from project.settings import INSTALLED_APPS, LOGGING
+from project.settings import INSTALLED_APPS, KUMIKO_JOBS, LOGGING
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
+
+# The demo tenants, or range(N) while bench/tenancy.py measures a fan-out to N tenants.
+KUMIKO_JOBS = {**KUMIKO_JOBS, "ACTIVE_TENANTS": "bench.benchapp.tenants.active_tenant_ids"}
 
 # DEBUG keeps every SQL statement in connection.queries: a per-job cost no deployment pays.
 DEBUG = False
