@@ -509,7 +509,8 @@ def push_runs(prefix: str, name: str, tenants: Iterable[str], *, tag: str, rows:
     """Queue one run of job ``name`` per item of ``tenants``: prepare() and push() in pipelined
     batches, rows inserted first (as dispatch() inside a transaction does)."""
     from kumiko_jobs import records
-    from kumiko_jobs.dispatching import prepare, push
+    from kumiko_jobs.dispatching import prepare
+    from kumiko_jobs.pushing import push
     from kumiko_jobs.registry import registry
 
     definition = registry.get(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -20,21 +20,28 @@ from django.db import router, transaction
 from django.utils import timezone
 
 from kumiko_jobs import records
-from kumiko_jobs.conf import get_config, redis_url
+from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import EventTrigger, JobDefinition
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
-from kumiko_jobs.gates import Gates, gates_for
+from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields, validate_payload
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
+from kumiko_jobs.pushing import (
+    PreparedJob,
+    Pushed,
+    decode,
+    push,
+    register_queues,
+    send_enqueue,
+    unavailable,
+)
 from kumiko_jobs.registry import registry
-from kumiko_jobs.scripts import scripts_for
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
 
 logger = logging.getLogger("kumiko_jobs")
 PER_TENANT_PREFIX = "_per_tenant:"
-_registered_queues: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -44,34 +51,6 @@ class DispatchResult:
     job_id: str | None = None
     run_id: str | None = None
     reason: str | None = None
-
-
-@dataclass
-class PreparedJob:
-    """One job ready to push: its hash fields, where it goes, its gates and its run row."""
-
-    job_id: str
-    lane: str
-    fields: list[Any]
-    row: JobRun
-    gates: Gates
-    run_at: float = 0.0
-    unique: bool = False
-
-    @property
-    def always_queued(self) -> bool:
-        """No gate can refuse it (no skip limit, debounce or unique id)."""
-        return not (self.unique or self.gates.limits or self.gates.debounce_key)
-
-
-@dataclass(frozen=True)
-class Pushed:
-    """What Redis said about one push."""
-
-    status: Literal["queued", "duplicate", "skipped", "debounced"]
-    reason: str | None = None
-    dropped: tuple[str, ...] = ()
-    pending_job_id: str | None = None
 
 
 def dispatch(
@@ -203,62 +182,22 @@ def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
     written, the row is deleted again, so a QueueUnavailable still leaves nothing behind."""
     client = get_redis()
     try:
-        _register_queues(client, {p.lane})
-        answer = _send_enqueue(client, p)
+        register_queues(client, {p.lane})
+        answer = send_enqueue(client, p)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise _unavailable(exc) from exc
+        raise unavailable(exc) from exc
     recorded = records.safe(records.insert_queued, [p.row])
     try:
-        pushed = _decode(p, answer())
+        pushed = decode(p, answer())
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         if recorded:
             JobRun.objects.filter(pk=p.row.id, status=RunStatus.QUEUED).delete()
-        raise _unavailable(exc) from exc
+        raise unavailable(exc) from exc
     if pushed.dropped:
         records.safe(
             records.mark_dropped, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}"
         )
     return _result(p, pushed)
-
-
-def _send_enqueue(client: redis.Redis, p: PreparedJob) -> Callable[[], Any]:
-    """Send the enqueue script on a pooled connection; the returned function reads the answer."""
-    script = scripts_for(client).enqueue
-    keys, args = _keys(p), _args(p, timezone.now().timestamp())
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-    except BaseException:
-        pool.release(connection)
-        raise
-
-    def answer() -> Any:
-        try:
-            return connection.read_response()
-        except redis.exceptions.NoScriptError:
-            # Not loaded on this server yet (nothing ran): the regular call loads and runs it.
-            return script(keys=keys, args=args, client=client)
-        except BaseException:
-            # The reply may still be in flight: never hand this socket to anyone else.
-            connection.disconnect()  # type: ignore[no-untyped-call]
-            raise
-        finally:
-            pool.release(connection)
-
-    return answer
-
-
-def _unavailable(exc: Exception) -> QueueUnavailable:
-    if isinstance(exc, redis.TimeoutError):
-        # The command may still run when Redis recovers; then its worker records and runs it.
-        what = "the job was not recorded; if Redis runs the stalled command later, the job runs then"
-    else:
-        what = "nothing was enqueued or recorded"
-    return QueueUnavailable(
-        f"Redis at {redis_url()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
-        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS_URL'] is right."
-    )
 
 
 def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
@@ -299,70 +238,6 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
             )
 
 
-def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
-    """Write the job hashes and queue them through their gates, in one round trip."""
-    client = client or get_redis()
-    enqueue = scripts_for(client).enqueue
-    now = timezone.now().timestamp()
-    try:
-        _register_queues(client, {p.lane for p in prepared})
-        if len(prepared) == 1:
-            p = prepared[0]
-            raw = [enqueue(keys=_keys(p), args=_args(p, now), client=client)]
-        else:
-            pipe = client.pipeline(transaction=False)
-            for p in prepared:
-                enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
-            raw = pipe.execute()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise _unavailable(exc) from exc
-    return [_decode(p, r) for p, r in zip(prepared, raw, strict=True)]
-
-
-_OWN_FIELDS = ("meta", "description", "kumiko_flow", "kumiko_lk")
-
-
-def push_batch(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
-    """Queue jobs of one lane that share their payload and options (a fan-out's children) in one
-    script call: the shared hash fields travel once, not once per job. No replace or debounce."""
-    if not prepared:
-        return []
-    client = client or get_redis()
-    first = dict(zip(prepared[0].fields[::2], prepared[0].fields[1::2], strict=True))
-    shared = [item for key, value in first.items() if key not in _OWN_FIELDS for item in (key, value)]
-    args: list[Any] = [get_keys().lane(prepared[0].lane), len(shared), *shared]
-    for p in prepared:
-        own = dict(zip(p.fields[::2], p.fields[1::2], strict=True))
-        limits = "\n".join(str(limit) for _, limit, _ in p.gates.limits)
-        args += [p.job_id, own["meta"], own["description"], p.gates.flow, p.gates.limit_keys, limits]
-    try:
-        _register_queues(client, {prepared[0].lane})
-        codes = scripts_for(client).enqueue_many(keys=[get_keys().active], args=args, client=client)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise _unavailable(exc) from exc
-    return [
-        Pushed(_BATCH_STATUS[code], reason=None if code == b"q" else _BATCH_STATUS[code]) for code in codes
-    ]
-
-
-_BATCH_STATUS: dict[bytes, Literal["queued", "duplicate", "skipped"]] = {
-    b"q": "queued",
-    b"d": "duplicate",
-    b"s": "skipped",
-}
-
-
-def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
-    code = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
-    if code == "q":
-        return Pushed("queued", dropped=tuple(x.decode() for x in raw[1:]))
-    if code == "s":
-        return Pushed("skipped", reason=p.gates.limits[int(raw[1]) - 1][2])
-    if code == "b":
-        return Pushed("debounced", reason="debounced", pending_job_id=raw[1].decode())
-    return Pushed("duplicate", reason="duplicate")
-
-
 def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
     try:
         outcomes = push(prepared)
@@ -374,34 +249,3 @@ def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
         )
         raise
     records.safe(record_pushes, prepared, outcomes, rows_exist=True)
-
-
-def _keys(p: PreparedJob) -> list[str]:
-    keys = get_keys()
-    return [keys.job(p.job_id), keys.scheduled(p.lane), keys.active]
-
-
-def _args(p: PreparedJob, now: float) -> list[Any]:
-    g = p.gates
-    return [
-        "1" if p.unique else "0",
-        p.run_at,
-        get_keys().lane(p.lane),
-        g.flow,
-        g.limit_keys,
-        "\n".join(str(limit) for _, limit, _ in g.limits),
-        "1" if g.replace else "0",
-        g.debounce_key,
-        g.debounce_seconds,
-        now,
-        *p.fields,
-    ]
-
-
-def _register_queues(client: redis.Redis, lanes: set[str]) -> None:
-    # RQ lists known queues in rq:queues; once per process is enough.
-    keys = get_keys()
-    missing = [keys.queue(lane) for lane in lanes if keys.queue(lane) not in _registered_queues]
-    if missing:
-        client.sadd("rq:queues", *missing)
-        _registered_queues.update(missing)

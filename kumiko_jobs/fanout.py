@@ -19,11 +19,12 @@ from django.utils.module_loading import import_string
 
 from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
-from kumiko_jobs.dispatching import PER_TENANT_PREFIX, PreparedJob, prepare, push_batch
+from kumiko_jobs.dispatching import PER_TENANT_PREFIX, prepare
 from kumiko_jobs.execution import failed_attempt
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.outcomes import Outcome
+from kumiko_jobs.pushing import PreparedJob, push_batch
 from kumiko_jobs.registry import registry
 
 BATCH = 1000

@@ -144,10 +144,10 @@ def test_redis_stalling_after_the_row_was_written_leaves_no_row(settings: Any, r
     """Real Redis, paused for writes: the overlapped dispatch has written its row when the read
     times out, and deletes it again. (The paused command runs when the pause ends, so a worker
     would still run the job and record it: a timeout's outcome is unknown, and the error says so.)"""
-    from kumiko_jobs import dispatching
+    from kumiko_jobs import pushing
 
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_TIMEOUT": 0.2}
-    dispatching._registered_queues.add(get_keys().queue("worker"))  # no SADD before the push
+    pushing._registered_queues.add(get_keys().queue("worker"))  # no SADD before the push
     get_keys()  # built before the pause
     redis_client.execute_command("CLIENT", "PAUSE", 600, "WRITE")
     try:

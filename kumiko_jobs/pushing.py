@@ -1,0 +1,186 @@
+"""Pushing prepared jobs into their lanes: one enqueue script call per job, or one per batch.
+
+Redis errors become QueueUnavailable here; what the caller records about a push is
+dispatching's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+from django.utils import timezone
+
+from kumiko_jobs.conf import get_config, redis_url
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.exceptions import QueueUnavailable
+from kumiko_jobs.gates import Gates
+from kumiko_jobs.models import JobRun
+from kumiko_jobs.scripts import scripts_for
+
+_registered_queues: set[str] = set()
+
+
+@dataclass
+class PreparedJob:
+    """One job ready to push: its hash fields, where it goes, its gates and its run row."""
+
+    job_id: str
+    lane: str
+    fields: list[Any]
+    row: JobRun
+    gates: Gates
+    run_at: float = 0.0
+    unique: bool = False
+
+    @property
+    def always_queued(self) -> bool:
+        """No gate can refuse it (no skip limit, debounce or unique id)."""
+        return not (self.unique or self.gates.limits or self.gates.debounce_key)
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What Redis said about one push."""
+
+    status: Literal["queued", "duplicate", "skipped", "debounced"]
+    reason: str | None = None
+    dropped: tuple[str, ...] = ()
+    pending_job_id: str | None = None
+
+
+def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
+    """Write the job hashes and queue them through their gates, in one round trip."""
+    client = client or get_redis()
+    enqueue = scripts_for(client).enqueue
+    now = timezone.now().timestamp()
+    try:
+        register_queues(client, {p.lane for p in prepared})
+        if len(prepared) == 1:
+            p = prepared[0]
+            raw = [enqueue(keys=_keys(p), args=_args(p, now), client=client)]
+        else:
+            pipe = client.pipeline(transaction=False)
+            for p in prepared:
+                enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
+            raw = pipe.execute()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise unavailable(exc) from exc
+    return [decode(p, r) for p, r in zip(prepared, raw, strict=True)]
+
+
+_OWN_FIELDS = ("meta", "description", "kumiko_flow", "kumiko_lk")
+
+
+def push_batch(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
+    """Queue jobs of one lane that share their payload and options (a fan-out's children) in one
+    script call: the shared hash fields travel once, not once per job. No replace or debounce."""
+    if not prepared:
+        return []
+    client = client or get_redis()
+    first = dict(zip(prepared[0].fields[::2], prepared[0].fields[1::2], strict=True))
+    shared = [item for key, value in first.items() if key not in _OWN_FIELDS for item in (key, value)]
+    args: list[Any] = [get_keys().lane(prepared[0].lane), len(shared), *shared]
+    for p in prepared:
+        own = dict(zip(p.fields[::2], p.fields[1::2], strict=True))
+        limits = "\n".join(str(limit) for _, limit, _ in p.gates.limits)
+        args += [p.job_id, own["meta"], own["description"], p.gates.flow, p.gates.limit_keys, limits]
+    try:
+        register_queues(client, {prepared[0].lane})
+        codes = scripts_for(client).enqueue_many(keys=[get_keys().active], args=args, client=client)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise unavailable(exc) from exc
+    return [
+        Pushed(_BATCH_STATUS[code], reason=None if code == b"q" else _BATCH_STATUS[code]) for code in codes
+    ]
+
+
+_BATCH_STATUS: dict[bytes, Literal["queued", "duplicate", "skipped"]] = {
+    b"q": "queued",
+    b"d": "duplicate",
+    b"s": "skipped",
+}
+
+
+def decode(p: PreparedJob, raw: list[Any]) -> Pushed:
+    code = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
+    if code == "q":
+        return Pushed("queued", dropped=tuple(x.decode() for x in raw[1:]))
+    if code == "s":
+        return Pushed("skipped", reason=p.gates.limits[int(raw[1]) - 1][2])
+    if code == "b":
+        return Pushed("debounced", reason="debounced", pending_job_id=raw[1].decode())
+    return Pushed("duplicate", reason="duplicate")
+
+
+def send_enqueue(client: redis.Redis, p: PreparedJob) -> Callable[[], Any]:
+    """Send the enqueue script on a pooled connection; the returned function reads the answer."""
+    script = scripts_for(client).enqueue
+    keys, args = _keys(p), _args(p, timezone.now().timestamp())
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+    except BaseException:
+        pool.release(connection)
+        raise
+
+    def answer() -> Any:
+        try:
+            return connection.read_response()
+        except redis.exceptions.NoScriptError:
+            # Not loaded on this server yet (nothing ran): the regular call loads and runs it.
+            return script(keys=keys, args=args, client=client)
+        except BaseException:
+            # The reply may still be in flight: never hand this socket to anyone else.
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            pool.release(connection)
+
+    return answer
+
+
+def unavailable(exc: Exception) -> QueueUnavailable:
+    if isinstance(exc, redis.TimeoutError):
+        # The command may still run when Redis recovers; then its worker records and runs it.
+        what = "the job was not recorded; if Redis runs the stalled command later, the job runs then"
+    else:
+        what = "nothing was enqueued or recorded"
+    return QueueUnavailable(
+        f"Redis at {redis_url()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
+        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS_URL'] is right."
+    )
+
+
+def _keys(p: PreparedJob) -> list[str]:
+    keys = get_keys()
+    return [keys.job(p.job_id), keys.scheduled(p.lane), keys.active]
+
+
+def _args(p: PreparedJob, now: float) -> list[Any]:
+    g = p.gates
+    return [
+        "1" if p.unique else "0",
+        p.run_at,
+        get_keys().lane(p.lane),
+        g.flow,
+        g.limit_keys,
+        "\n".join(str(limit) for _, limit, _ in g.limits),
+        "1" if g.replace else "0",
+        g.debounce_key,
+        g.debounce_seconds,
+        now,
+        *p.fields,
+    ]
+
+
+def register_queues(client: redis.Redis, lanes: set[str]) -> None:
+    # RQ lists known queues in rq:queues; once per process is enough.
+    keys = get_keys()
+    missing = [keys.queue(lane) for lane in lanes if keys.queue(lane) not in _registered_queues]
+    if missing:
+        client.sadd("rq:queues", *missing)
+        _registered_queues.update(missing)
