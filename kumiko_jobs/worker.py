@@ -76,6 +76,7 @@ class LaneWorker(SimpleWorker):
         finally:
             self._heartbeat.stop()
             self._marker.stop()
+            self.client.srem(self.keys.claimers(self.lane), self.name)
             self.teardown()  # type: ignore[no-untyped-call]
         done = sum(self.counts.values())
         logger.info("kumiko_jobs: worker %s stopped after %d jobs %s", self.name, done, self.counts)
