@@ -24,7 +24,7 @@ from kumiko_jobs.execution import failed_attempt
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.outcomes import Outcome
-from kumiko_jobs.pushing import PreparedJob, push_batch
+from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
 
 BATCH = 1000
@@ -107,7 +107,9 @@ def _enqueue_batch(
         if child_id not in existing
     ]
     if prepared:
-        outcomes = push_batch(prepared)
+        # The batch script knows skip limits but not replace/debounce: those children go one by one.
+        simple = not (prepared[0].gates.replace or prepared[0].gates.debounce_key)
+        outcomes = push_batch(prepared) if simple else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
         records.insert_queued(
