@@ -83,9 +83,13 @@ def insert_queued(rows: Sequence[JobRun]) -> None:
         return
     own_transaction = not connection.in_atomic_block
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        if own_transaction and connection.vendor == "postgresql":
+        if connection.vendor != "postgresql":
+            cursor.executemany(_insert_sql(alias), params)
+            return
+        if own_transaction:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")  # one commit for the batch
-        cursor.executemany(_insert_sql(alias), params)
+        # Measured: one multi-row INSERT beats a pipelined executemany on PostgreSQL.
+        JobRun.objects.using(alias).bulk_create(rows, ignore_conflicts=True)
 
 
 def mark_running(
