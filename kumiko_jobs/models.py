@@ -83,10 +83,6 @@ class JobRun(models.Model):
     def __str__(self) -> str:
         return f"{self.job_name} [{self.status}] {self.job_id}"
 
-    @property
-    def is_final(self) -> bool:
-        return self.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.DROPPED)
-
 
 class EscapeHatchAudit(models.Model):
     """One row per (job, tenant, kind) and dedup window; ``count`` counts the uses in it."""

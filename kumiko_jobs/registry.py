@@ -32,14 +32,6 @@ class JobRegistry:
                 for event in trigger.events:
                     self._by_event[event].append(definition)
 
-    def unregister(self, name: str) -> None:
-        definition = self._jobs.pop(name, None)
-        if definition is None:
-            return
-        for jobs in self._by_event.values():
-            if definition in jobs:
-                jobs.remove(definition)
-
     def get(self, name: str) -> JobDefinition:
         try:
             return self._jobs[name]

@@ -82,7 +82,7 @@ def test_wrapper_failing_midway_is_retried_without_double_fan_out(
     assert JobRun.objects.filter(job_name="tests.per_tenant_retry").count() == len(tenants)
 
 
-def test_fan_out_children_retry_each_tenant(settings: Any, tenants: list[Any], traces: Any) -> None:
+def test_fan_out_children_carry_their_tenant(settings: Any, tenants: list[Any], traces: Any) -> None:
     dispatch("tests.per_tenant", {}, tenant=None)
     drain()
     assert len(traces("per_tenant")) == len(tenants)
@@ -121,3 +121,38 @@ def test_audit_is_kept_when_the_handler_rolls_back(tenants: list[Any], traces: A
     assert len(traces("hatch_rollback")) == 1
     [audit] = EscapeHatchAudit.objects.all()
     assert (audit.job_name, audit.kind, audit.count) == ("tests.hatch_rollback", "unscoped", 1)
+
+
+def test_default_activator_sets_the_current_tenant() -> None:
+    from kumiko_jobs.tenancy import current_tenant_id, scopes_activator
+
+    assert current_tenant_id() is None
+    with scopes_activator("7"):
+        assert current_tenant_id() == "7"
+    assert current_tenant_id() is None
+
+
+def test_as_user_switches_identity_with_a_grant_and_audits_it(tenants: list[Any]) -> None:
+    import dataclasses
+
+    from kumiko_jobs import EscapeHatch
+    from kumiko_jobs.audit import flush_audits
+    from kumiko_jobs.context import JobContext, JobLogger
+    from kumiko_jobs.escape_hatches import acting_user
+    from kumiko_jobs.registry import registry
+
+    definition = dataclasses.replace(
+        registry.get("tests.record"),
+        escape_hatch=EscapeHatch("tests: act as owner", grants=("system_identity",)),
+    )
+    ctx = JobContext(
+        job_name="tests.record", run_id="00000000-0000-0000-0000-000000000001", job_id="j",
+        tenant_id=str(tenants[0].pk), attempt=1, final_attempt=True, triggered_by=None, trigger_name="",
+        correlation_id="c", lane="worker", definition=definition, log=JobLogger("tests.record", 1),
+    )  # fmt: skip
+    with ctx.as_user("owner-42"):
+        assert acting_user() == "owner-42"
+    assert acting_user() is None
+    flush_audits(ctx)
+    [audit] = EscapeHatchAudit.objects.all()
+    assert (audit.kind, audit.reason, audit.count) == ("as_user", "tests: act as owner", 1)
