@@ -13,5 +13,6 @@ class KumikoJobsConfig(AppConfig):
 
         from kumiko_jobs import checks  # noqa: F401  (registers the system checks)
         from kumiko_jobs.conf import get_config
+        from kumiko_jobs.scheduling import checks as schedule_checks  # noqa: F401
 
         autodiscover_modules(get_config()["JOB_MODULE"])

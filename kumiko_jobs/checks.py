@@ -21,6 +21,7 @@ from kumiko_jobs.definitions import (
     CONCURRENCY_SCOPES,
     GRANTS,
     LANES,
+    TENANT_ZONE,
     Backoff,
     CronTrigger,
     EscapeHatch,
@@ -72,10 +73,10 @@ def check_definition(d: JobDefinition) -> list[CheckMessage]:
                     "Check each field's range; https://crontab.guru explains the syntax.",
                     "E003",
                 )
-            if not _valid_zone(trigger.tz):
+            if trigger.tz != TENANT_ZONE and not _valid_zone(trigger.tz):
                 err(
                     f"unknown time zone {trigger.tz!r}.",
-                    'Use an IANA name such as "Europe/Berlin" or "UTC".',
+                    'Use an IANA name such as "Europe/Berlin" or "UTC", or "tenant" with per_tenant=True.',
                     "E004",
                 )
         elif isinstance(trigger, EventTrigger):

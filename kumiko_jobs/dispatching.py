@@ -23,6 +23,7 @@ from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import EventTrigger, JobDefinition
+from kumiko_jobs.events import check_emitted
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields, validate_payload
@@ -90,16 +91,22 @@ def emit(
     user: Any = None,
     correlation_id: str | None = None,
 ) -> list[DispatchResult]:
-    """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter."""
+    """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter.
+
+    Raises UnknownEvent for a name outside ``KUMIKO_JOBS["EVENTS"]`` (when that is set); an
+    event no job listens to is logged as a warning, once per name and process.
+    """
     if not isinstance(event, str) or not event:
         raise UnknownEvent(f"emit() needs a non-empty event name, got {event!r}.")
     body = validate_payload(payload)
+    listeners = registry.for_event(event)
+    check_emitted(event, listeners=len(listeners))
     tenant_id, user_id = normalise_tenant(tenant), user_id_of(user)
     prepared = [
         prepare(
             d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event
         )
-        for d in registry.for_event(event)
+        for d in listeners
         if any(isinstance(t, EventTrigger) and t.matches(event, body) for t in d.triggers)
     ]
     return submit(prepared)
@@ -117,6 +124,8 @@ def prepare(
     job_id: str | None = None,
     unique: bool = False,
     run_id: uuid.UUID | None = None,
+    scheduled_at: float | None = None,
+    zone: str = "",
 ) -> PreparedJob:
     config = get_config()
     keys = get_keys()
@@ -138,6 +147,8 @@ def prepare(
         trace=current_trace_carrier(),
         flow=gates.flow,
         limit_keys=gates.limit_keys,
+        scheduled_at=scheduled_at,
+        zone=zone,
     )
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay or 0)
     seconds = max(seconds, gates.debounce_seconds)

@@ -43,6 +43,9 @@ class JobMeta:
     limit_keys: str = ""
     # Times the run was put back because its (job, tenant) was over a cap lowered since enqueue.
     cap_defers: int = 0
+    # Cron ticks: the tick's UTC time (epoch s); a tz="tenant" wrapper also names its zone.
+    scheduled_at: float | None = None
+    zone: str = ""
 
     def to_json(self) -> str:
         raw: dict[str, Any] = {
@@ -67,6 +70,10 @@ class JobMeta:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
             raw["trace"] = self.trace
+        if self.scheduled_at is not None:
+            raw["at"] = self.scheduled_at
+        if self.zone:
+            raw["zone"] = self.zone
         return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
@@ -90,6 +97,8 @@ class JobMeta:
                 flow=str(d.get("flow", "t|")),
                 limit_keys=str(d.get("lk", "")),
                 cap_defers=int(d.get("cd", 0)),
+                scheduled_at=float(d["at"]) if d.get("at") is not None else None,
+                zone=str(d.get("zone") or ""),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc

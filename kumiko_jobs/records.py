@@ -92,6 +92,36 @@ def insert_queued(rows: Sequence[JobRun]) -> None:
         JobRun.objects.using(alias).bulk_create(rows, ignore_conflicts=True)
 
 
+def insert_claiming(rows: Sequence[JobRun]) -> set[str]:
+    """Insert rows whose unique job id decides who acts on them (cron ticks); return the job ids
+    this call inserted. Rows that exist are left alone. Committed durably: the row is the
+    arbiter, not a log that Redis could rebuild."""
+    alias = router.db_for_write(JobRun)
+    connection = connections[alias]
+    inserted: set[str] = set()
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        for start in range(0, len(rows), _CLAIM_BATCH):
+            batch = rows[start : start + _CLAIM_BATCH]
+            params = [
+                field.get_db_prep_save(getattr(row, field.attname), connection)
+                for row in batch
+                for field in _INSERT_FIELDS
+            ]
+            cursor.execute(_claiming_sql(alias, len(batch)), params)
+            inserted.update(str(job_id) for (job_id,) in cursor.fetchall())
+    return inserted
+
+
+def unstarted(job_ids: Iterable[str]) -> set[str]:
+    """Of these job ids, those whose run is queued and has never started: recorded by a push
+    that may not have reached Redis (the pusher crashed or lost its lease in between)."""
+    return set(
+        JobRun.objects.filter(
+            job_id__in=list(job_ids), status=RunStatus.QUEUED, started_at__isnull=True, attempt=1
+        ).values_list("job_id", flat=True)
+    )
+
+
 def mark_running(
     *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], worker: str, now: datetime
 ) -> None:
@@ -292,6 +322,21 @@ def _insert_sql(alias: str) -> str:
     values = ", ".join("%s" for _ in _INSERT_FIELDS)
     # PostgreSQL and SQLite (>= 3.24) both know ON CONFLICT DO NOTHING.
     return f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"  # noqa: S608
+
+
+_CLAIM_BATCH = 200  # rows per statement: SQLite allows 32,766 parameters
+
+
+@cache
+def _claiming_sql(alias: str, rows: int) -> str:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in _INSERT_FIELDS)
+    row = "(" + ", ".join("%s" for _ in _INSERT_FIELDS) + ")"
+    job_id = quote(str(_FIELDS["job_id"].column))
+    return (
+        f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)} "  # noqa: S608
+        f"ON CONFLICT DO NOTHING RETURNING {job_id}"
+    )
 
 
 @cache

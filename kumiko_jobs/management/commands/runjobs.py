@@ -1,4 +1,9 @@
-"""``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM."""
+"""``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM.
+
+Start-up order: Redis reachable (else fail within REDIS_TIMEOUT), the lane's boot gates inline
+(exit status 3 on failure), its boot jobs (once per dataset and release), then the scheduler
+thread (stamps; leader election unless --no-scheduler) and the worker loop.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kumiko_jobs.conf import redis_url
 from kumiko_jobs.connection import get_redis
 from kumiko_jobs.keys import LANES
+
+# Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
+BOOT_GATE_FAILED = 3
 
 
 def positive_int(value: str) -> int:
@@ -36,11 +44,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-scheduler",
             action="store_true",
-            help="Do not promote delayed jobs or fire schedules in this process (pure executor).",
+            help="Never lead the lane's schedules and do not promote delayed jobs (pure executor).",
         )
         parser.add_argument("--name", default=None, help="Worker name (default: generated).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kumiko_jobs.exceptions import BootGateFailed
+        from kumiko_jobs.scheduling.boot_gates import run_boot_gates
+        from kumiko_jobs.scheduling.boot_jobs import dispatch_boot_jobs
+        from kumiko_jobs.scheduling.loop import SchedulerThread
         from kumiko_jobs.worker import LaneWorker
 
         try:
@@ -50,8 +62,20 @@ class Command(BaseCommand):
                 f"Redis at {redis_url()} is not reachable ({exc}). "
                 "Start Redis or set KUMIKO_JOBS['REDIS_URL']."
             ) from exc
-        worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
+        lane = options["lane"]
+        worker = LaneWorker(lane, name=options["name"], schedule=not options["no_scheduler"])
         level = {0: "WARNING", 1: "INFO"}.get(options["verbosity"], "DEBUG")
         # -v0 also quiets per-job log lines (ctx.log still lands on the run records).
         logging.getLogger("kumiko_jobs").setLevel(level)
-        worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=level)
+        try:
+            run_boot_gates(lane, worker=worker.name)
+        except BootGateFailed as exc:
+            self.stderr.write(str(exc), style_func=lambda text: text)
+            raise SystemExit(BOOT_GATE_FAILED) from exc
+        dispatch_boot_jobs(lane)
+        scheduler = SchedulerThread(lane, worker.name, lead=not options["no_scheduler"])
+        scheduler.start()
+        try:
+            worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=level)
+        finally:
+            scheduler.stop()
