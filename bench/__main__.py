@@ -33,11 +33,14 @@ from bench.environment import (
     setup_django,
 )
 from bench.results import Ratio, Report
+from bench.schedules import FULL as SCHEDULES_FULL
+from bench.schedules import QUICK as SCHEDULES_QUICK
+from bench.schedules import Plan as SchedulePlan
 from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "schedules")
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,28 @@ class Plan:
     fork: int
     commands: int
     tenancy: Sizes
+    schedules: SchedulePlan
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
-FULL = Plan(dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL)
-QUICK = Plan(dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK)
+FULL = Plan(
+    dispatch=3000,
+    rounds=3,
+    worker=2000,
+    fork=400,
+    commands=500,
+    tenancy=TENANCY_FULL,
+    schedules=SCHEDULES_FULL,
+)
+QUICK = Plan(
+    dispatch=200,
+    rounds=1,
+    worker=200,
+    fork=30,
+    commands=100,
+    tenancy=TENANCY_QUICK,
+    schedules=SCHEDULES_QUICK,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -193,6 +213,15 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "the measured runs go through dispatch() (fan-out: run_fan_out). Latency = the run's "
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
+        )
+
+    if "schedules" in sections:
+        from bench.schedules import measure_schedules
+
+        report.schedules += measure_schedules(env, plan.schedules, console)
+        report.notes.append(
+            'Schedules: the leader\'s planner step for one tick of a tz="tenant" per-tenant schedule '
+            "(bench/schedules.py), injected clock, real Redis and database."
         )
 
 

@@ -31,6 +31,8 @@ KUMIKO_JOBS = {
     **KUMIKO_JOBS,
     # Tests put tenants in zones through a Redis hash (tests/testapp/tenants.py: set_zones).
     "TENANT_TIMEZONE": "tests.testapp.tenants.tenant_timezone",
-    **{key: float(os.environ[f"KUMIKO_TEST_{key}"]) for key in _TIMINGS if f"KUMIKO_TEST_{key}" in os.environ},
+    **{
+        key: float(os.environ[f"KUMIKO_TEST_{key}"]) for key in _TIMINGS if f"KUMIKO_TEST_{key}" in os.environ
+    },
     **({"RELEASE": os.environ["KUMIKO_TEST_RELEASE"]} if "KUMIKO_TEST_RELEASE" in os.environ else {}),
 }

@@ -128,7 +128,7 @@ class ListJobs(Subcommand):
                     f"{fire.utc:%Y-%m-%d %H:%M:%S} UTC" if fire else "-",
                     f"{fire.local:%Y-%m-%d %H:%M:%S %Z} ({fire.zone})" if fire else "-",
                     f"{info.last_success_at:%Y-%m-%d %H:%M:%S %Z}" if info.last_success_at else "-",
-                    boot + (" per tenant" if d.per_tenant else ""),
+                    ", ".join(filter(None, [boot, "per tenant" if d.per_tenant else ""])),
                 )
             )
         out.table(

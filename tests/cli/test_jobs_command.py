@@ -53,9 +53,13 @@ def test_list_shows_next_fire_times_in_utc_and_in_the_zone(tenants: Any) -> None
     set_zones({str(tenants[0].pk): "Asia/Tokyo"})
     refresh_tenant_zones()
     with registry.isolated():
-        registry.register(build_definition(noop, "t.berlin", {"trigger": cron("0 7 * * *", tz="Europe/Berlin")}))
         registry.register(
-            build_definition(noop, "t.local", {"trigger": cron("30 6 * * *", tz="tenant"), "per_tenant": True})
+            build_definition(noop, "t.berlin", {"trigger": cron("0 7 * * *", tz="Europe/Berlin")})
+        )
+        registry.register(
+            build_definition(
+                noop, "t.local", {"trigger": cron("30 6 * * *", tz="tenant"), "per_tenant": True}
+            )
         )
         registry.register(build_definition(noop, "t.manual", {}))
         listed = {job["name"]: job for job in json.loads(run("list", "--json"))}

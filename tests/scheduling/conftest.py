@@ -71,7 +71,9 @@ def make_leader(redis_client: redis.Redis) -> Callable[..., Leader]:
         lease = LeaderLease(redis_client, get_keys(), lane, owner)
         token = lease.acquire()
         assert token is not None, f"lease of {lane} is held by {lease.holder()}"
-        planner = Planner(lane_schedules(lane), lease=lease, client=redis_client, keys=get_keys(), clock=clock)
+        planner = Planner(
+            lane_schedules(lane), lease=lease, client=redis_client, keys=get_keys(), clock=clock
+        )
         assert planner.load(token)
         return Leader(planner, token, clock, lease)
 

@@ -89,7 +89,9 @@ def test_a_failing_gate_stops_start_up_after_its_retries(jobs: Any, traces: Any)
 def test_defer_inside_a_gate_raises_deferral_error(jobs: Any) -> None:
     jobs("t.gate", deferring, boot_gate=True)
 
-    with pytest.raises(BootGateFailed, match=r"boot gate t.gate failed: DeferralError: .*not available inline"):
+    with pytest.raises(
+        BootGateFailed, match=r"boot gate t.gate failed: DeferralError: .*not available inline"
+    ):
         run_boot_gates("worker", worker="w1")
 
 
@@ -100,7 +102,9 @@ def test_a_gate_past_its_timeout_fails(jobs: Any) -> None:
         run_boot_gates("worker", worker="w1")
 
 
-def test_a_slow_gate_without_timeout_warns(jobs: Any, settings: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_slow_gate_without_timeout_warns(
+    jobs: Any, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "BOOT_GATE_WARN_AFTER": 0.1}
     jobs("t.gate", sleeping, boot_gate=True)
 

@@ -45,9 +45,12 @@ def test_each_rule_reports_its_id(options: dict[str, Any], code: str) -> None:
 
 
 def test_tenant_zone_message_and_hint() -> None:
-    [error] = check_definition(build_definition(handler, "t.job", {"trigger": cron("0 7 * * *", tz="tenant")}))
+    [error] = check_definition(
+        build_definition(handler, "t.job", {"trigger": cron("0 7 * * *", tz="tenant")})
+    )
     assert error == Error(
-        "Job 't.job': cron(..., tz=\"tenant\") needs per_tenant=True: only a tenant's own run has a local time.",
+        "Job 't.job': cron(..., tz=\"tenant\") needs per_tenant=True: "
+        "only a tenant's own run has a local time.",
         hint='Declare per_tenant=True, or give an IANA zone such as tz="Europe/Berlin".',
         obj="tests.scheduling.test_checks.handler",
         id="kumiko_jobs.E203",
@@ -56,7 +59,9 @@ def test_tenant_zone_message_and_hint() -> None:
 
 def test_trigger_on_an_undeclared_event() -> None:
     events = frozenset({"invoice.created", "invoice.paid"})
-    [error] = check_definition(build_definition(handler, "t.job", {"trigger": on_event("invoice.craeted")}), events)
+    [error] = check_definition(
+        build_definition(handler, "t.job", {"trigger": on_event("invoice.craeted")}), events
+    )
     assert error.id == "kumiko_jobs.E208"
     assert "on_event('invoice.craeted')" in error.msg
     assert error.hint and error.hint.startswith("Did you mean: invoice.created, invoice.paid?")

@@ -32,7 +32,9 @@ def test_repeated_local_time_fires_once_at_its_first_occurrence() -> None:
 
 
 def test_a_skipped_hour_of_a_minutely_schedule_is_one_tick() -> None:
-    ticks = list(ticks_between("*/20 * * * *", "Europe/Berlin", utc(2025, 3, 30, 0, 30), utc(2025, 3, 30, 1, 30)))
+    ticks = list(
+        ticks_between("*/20 * * * *", "Europe/Berlin", utc(2025, 3, 30, 0, 30), utc(2025, 3, 30, 1, 30))
+    )
 
     # 01:40 CET, then 02:00/02:20/02:40 (nonexistent) all at the jump, 03:20 CEST.
     assert iso(ticks) == ["03-30 00:40:00", "03-30 01:00:00", "03-30 01:20:00"]
@@ -40,7 +42,9 @@ def test_a_skipped_hour_of_a_minutely_schedule_is_one_tick() -> None:
 
 def test_starting_inside_the_repeated_hour_skips_its_second_pass() -> None:
     # 01:10 UTC is 02:10 CET, the second 02:10 of the night; 02:30 CET is a repeat: not fired.
-    ticks = list(ticks_between("*/30 * * * *", "Europe/Berlin", utc(2025, 10, 26, 1, 10), utc(2025, 10, 26, 2, 10)))
+    ticks = list(
+        ticks_between("*/30 * * * *", "Europe/Berlin", utc(2025, 10, 26, 1, 10), utc(2025, 10, 26, 2, 10))
+    )
 
     assert iso(ticks) == ["10-26 02:00:00"]
 

@@ -98,7 +98,9 @@ def test_missed_ticks_are_caught_up_within_the_window_and_older_ones_skipped(
     assert "skipped 10 tick(s) older than CRON_CATCH_UP (300s)" in caplog.text
 
 
-def test_skipped_count_matches_croniter(declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_skipped_count_matches_croniter(
+    declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     declare("t.every_second", trigger=cron("*/7 * * * * *"))
     start = utc(2025, 1, 1, 12)
     leader = make_leader(start)

@@ -48,7 +48,10 @@ def test_leader_work_per_tick_is_per_zone_not_per_tenant(
 ) -> None:
     # 2,000 tenants in two zones: one tick makes two wrappers, whatever the tenant count.
     many = [str(i) for i in range(2000)]
-    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": "tests.scheduling.test_zones.many_tenants"}
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "tests.scheduling.test_zones.many_tenants",
+    }
     set_zones({tenant: ZONES[int(tenant) % 2] for tenant in many})
     refresh_tenant_zones()
     declare("t.morning", trigger=cron("0 7 * * *", tz="tenant"), per_tenant=True)
@@ -81,7 +84,9 @@ def test_a_tenant_that_changes_zone_moves_at_the_next_refresh(tenants: Any) -> N
     assert index is not None and index.zones == {"Asia/Tokyo": 1, "UTC": 2}
 
 
-def test_an_invalid_zone_is_scheduled_in_utc_and_logged(tenants: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_invalid_zone_is_scheduled_in_utc_and_logged(
+    tenants: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     set_zones({str(tenants[0].pk): "Mars/Olympus"})
     with caplog.at_level(logging.WARNING, logger="kumiko_jobs"):
         refresh_tenant_zones()
