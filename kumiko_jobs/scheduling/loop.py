@@ -64,6 +64,11 @@ class SchedulerThread(threading.Thread):
                     )
                     close_old_connections()
                     wait = ERROR_BACKOFF
+                except Exception:
+                    # A bug must not silently end the lane's schedules: logged loudly, retried.
+                    logger.exception("kumiko_jobs: scheduler of lane %s failed; retrying", self.lane)
+                    close_old_connections()
+                    wait = ERROR_BACKOFF
                 self._stop_event.wait(min(wait, MAX_WAIT))
         finally:
             if self.token is not None:

@@ -74,7 +74,10 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
     bad: list[tuple[str, Any]] = []
     for tenant in tenants:
         tenant_id = str(tenant)
-        name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
+        try:
+            name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
+        except Exception as exc:  # the project's function: one tenant must not stop the index
+            name = f"<{exc.__class__.__name__}: {exc}>"
         if not isinstance(name, str) or not _valid_zone(name):
             bad.append((tenant_id, name))
             name = DEFAULT_ZONE
