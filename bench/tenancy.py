@@ -487,7 +487,7 @@ def _fan_out_once(env: BenchEnv, tenants: int) -> float:
     os.environ[FANOUT_TENANTS_ENV] = str(tenants)
     try:
         started = time.perf_counter()
-        outcome = run_fan_out(wrapper.job_id, meta, {}, worker=f"{env.prefix}_fanout", consumer_lane="worker")
+        outcome = run_fan_out(wrapper.job_id, meta, {}, "bench.fanned", worker=f"{env.prefix}_fanout")
         seconds = time.perf_counter() - started
     finally:
         del os.environ[FANOUT_TENANTS_ENV]

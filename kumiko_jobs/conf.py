@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 CONFIG_DEFAULTS: dict[str, Any] = {
     # None means: env KUMIKO_REDIS_URL, then the local default.
@@ -62,11 +63,18 @@ def get_config() -> dict[str, Any]:
     return {**CONFIG_DEFAULTS, **user}
 
 
+def import_setting(key: str) -> Any:
+    """The callable a hook setting names: a dotted path, or the callable itself; None if unset."""
+    value = get_config()[key]
+    if value is None or value == "":
+        return None
+    return import_string(value) if isinstance(value, str) else value
+
+
 @receiver(setting_changed)
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    # Modules that cache something derived from these settings listen for the same signal;
+    # receivers run in connection order, and this one is connected first (conf is imported
+    # by every one of them).
     if setting == "KUMIKO_JOBS":
         get_config.cache_clear()
-        from kumiko_jobs import connection, tenancy
-
-        connection.reset()
-        tenancy.reset_caches()

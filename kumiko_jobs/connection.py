@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import redis
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from kumiko_jobs.conf import get_config, redis_url
 from kumiko_jobs.keys import Keys
@@ -30,3 +33,9 @@ def reset() -> None:
         get_redis().close()
     get_redis.cache_clear()
     get_keys.cache_clear()
+
+
+@receiver(setting_changed)
+def _reset_on_settings_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KUMIKO_JOBS":
+        reset()

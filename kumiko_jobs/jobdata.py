@@ -22,7 +22,7 @@ from kumiko_jobs.exceptions import InvalidPayload, MalformedJob
 ENTRY_POINT = "kumiko_jobs.execution.perform_rq_job"
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobMeta:
     """What a run carries besides its payload. Short keys: this is written for every job."""
 

@@ -1,11 +1,11 @@
-"""JobRun state changes. Each is one guarded UPDATE (or an insert that tolerates races).
+"""Every JobRun write. Each state change is one guarded UPDATE (or an insert that tolerates races).
 
 Workers write a state *before* telling Redis about it, so a crash in between leaves the run
 registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
 that claims it is still running.
 
 Run records are a log that Redis can rebuild (workers upsert rows, the stale-run repair in
-maintenance.py reconciles them), so the hot-path writes outside a caller's transaction are
+repair.py reconciles them), so the hot-path writes outside a caller's transaction are
 committed without waiting for the WAL flush on PostgreSQL: ``SET LOCAL synchronous_commit TO
 OFF`` is sent with the statement in one round trip, so it applies to that implicit transaction
 only. A caller's own transaction (dispatch inside ``atomic()``) keeps its durability.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -303,7 +303,7 @@ def _update_sql(alias: str, names: tuple[str, ...]) -> str:
     return f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
 
 
-def safe(write: Any, *args: Any, **kwargs: Any) -> bool:
+def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> bool:
     """Run a record write; a database outage is logged, never turned into a job failure."""
     try:
         write(*args, **kwargs)
@@ -318,3 +318,52 @@ def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
     JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
     )
+
+
+def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
+    """A row written in the caller's transaction whose push a gate refused at commit time."""
+    JobRun.objects.filter(pk=run_id).update(
+        status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued at commit: {reason}"
+    )
+
+
+def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str) -> None:
+    """Rows committed with the caller's transaction whose push failed: make the loss visible."""
+    JobRun.objects.filter(pk__in=run_ids).update(
+        status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {error}"
+    )
+
+
+def delete_unpushed(run_id: uuid.UUID) -> None:
+    """Undo the row of a dispatch whose push failed, so QueueUnavailable leaves nothing behind."""
+    JobRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).delete()
+
+
+def merge_debounced(
+    job_id: str, *, payload: Mapping[str, Any], next_attempt_at: datetime | None, now: datetime
+) -> None:
+    """A debounced dispatch merged into the pending run: it takes the newest payload."""
+    JobRun.objects.filter(job_id=job_id).update(
+        payload=dict(payload), next_attempt_at=next_attempt_at, updated_at=now
+    )
+
+
+def set_fanout_count(run_id: str, count: int) -> None:
+    JobRun.objects.filter(pk=run_id).update(fanout_count=count)
+
+
+def repair_status(run_id: uuid.UUID, *, expected: str, status: str, now: datetime, error: str) -> int:
+    """Set a stale row to what Redis says became of its job, if nobody changed it meanwhile."""
+    return JobRun.objects.filter(pk=run_id, status=expected).update(
+        status=status, finished_at=now, updated_at=now, error=error
+    )
+
+
+def recorded_job_ids(job_ids: Iterable[str]) -> set[str]:
+    """Which of these job ids have a run row (the fan-out's dedup)."""
+    return set(JobRun.objects.filter(job_id__in=list(job_ids)).values_list("job_id", flat=True))
+
+
+def run_id_of(job_id: str) -> str | None:
+    run_id = JobRun.objects.filter(job_id=job_id).values_list("pk", flat=True).first()
+    return str(run_id) if run_id else None

@@ -11,10 +11,11 @@ from functools import cache
 from typing import Any
 
 from django.apps import apps
+from django.core.signals import setting_changed
 from django.db import models
-from django.utils.module_loading import import_string
+from django.dispatch import receiver
 
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import get_config, import_setting
 from kumiko_jobs.exceptions import InvalidTenant
 
 _current_tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("kumiko_tenant", default=None)
@@ -60,8 +61,8 @@ def _django_scopes_scope() -> Callable[..., AbstractContextManager[Any]] | None:
 
 @cache
 def get_activator() -> Activator:
-    path = get_config()["TENANT_ACTIVATOR"]
-    return import_string(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+    activator: Activator = import_setting("TENANT_ACTIVATOR")
+    return activator
 
 
 def tenant_model() -> type[models.Model] | None:
@@ -121,3 +122,9 @@ def user_id_of(user: Any) -> str | None:
 def reset_caches() -> None:
     _known_tenants.clear()
     get_activator.cache_clear()
+
+
+@receiver(setting_changed)
+def _reset_on_settings_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KUMIKO_JOBS":
+        reset_caches()

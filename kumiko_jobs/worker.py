@@ -1,7 +1,7 @@
 """The lane worker: RQ's SimpleWorker (registration, signals, dashboards) with a lean hot path.
 
 Per job it makes one Redis round trip (finish the previous job and claim the next in one
-script, see scripts.STEP) and two UPDATEs of the run record. Jobs run in-process; the README
+script, lane.finish_and_claim) and one or two UPDATEs of the run record. Jobs run in-process; the README
 explains why (measured: forking per job costs ~2x and a DB connection per job).
 """
 
@@ -21,8 +21,8 @@ from rq.worker import SimpleWorker, WorkerStatus
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.execution import run_claimed
-from kumiko_jobs.maintenance import Heartbeat, apply_outcome, promote_due, reap
-from kumiko_jobs.outcomes import ClaimedJob, Outcome
+from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
+from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
@@ -50,6 +50,7 @@ class LaneWorker(SimpleWorker):
             **kwargs,
         )
         self.counts: dict[str, int] = {}
+        self._lease = float(get_config()["ABANDON_AFTER"])
         self._next_promote = 0.0
         self._next_reap = 0.0
         self._next_repair = time.time() + REPAIR_INTERVAL
@@ -87,51 +88,33 @@ class LaneWorker(SimpleWorker):
         if heartbeat is None:
             raise RuntimeError("work() starts the heartbeat before the loop")
         done = 0
-        pending: tuple[str, str, Outcome] | None = None  # finished job waiting to be reported
+        finished: Finished | None = None  # the attempt whose outcome Redis is told next
         while True:
             self._upkeep()
             stop = self._stop_requested or (max_jobs is not None and done >= max_jobs)
             execution_id = uuid.uuid4().hex[:12]
             self._state = WorkerStatus.BUSY  # a signal now only sets _stop_requested
-            claimed = self._step(pending, not stop, execution_id)
-            pending = None
+            claim = None if stop else Claim(self.name, execution_id, time.time() + self._lease)
+            job = finish_and_claim(self.client, self.keys, self.lane, finished, claim)
+            finished = None
             if stop:
                 return done
-            if claimed is None:
+            if job is None:
                 self._state = WorkerStatus.IDLE
                 if burst and self._nothing_due():
                     return done
                 self._wait_for_work()
                 continue
-            job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
             member = f"{job.job_id}:{execution_id}"
             heartbeat.member = member
             outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane, observer=self._marker)
             heartbeat.member = ""
             self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
-            pending = (job.job_id, member, outcome)
+            finished = Finished(job.job_id, member, outcome)
             if outcome.retry_at and self.schedule:
                 # Wake for this run's own retry or deferral, not at the next promotion round.
                 self._next_promote = min(self._next_promote, outcome.retry_at)
             done += 1
-
-    def _step(
-        self, pending: tuple[str, str, Outcome] | None, claim: bool, execution_id: str
-    ) -> list[bytes] | None:
-        deadline = time.time() + int(get_config()["ABANDON_AFTER"])
-        job_id, member, outcome = pending if pending else ("", "", Outcome("ok"))
-        return apply_outcome(
-            self.client,
-            self.keys,
-            self.lane,
-            job_id,
-            member,
-            outcome,
-            worker=self.name,
-            claim=claim,
-            execution_id=execution_id,
-            deadline=deadline,
-        )
 
     def _wait_for_work(self) -> None:
         """Block on the lane's wake token (one key, not one per tenant); producers arm it."""

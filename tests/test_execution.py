@@ -142,10 +142,10 @@ def test_fan_out_retry_never_enqueues_a_tenant_twice(
     meta_raw = redis_client.hget(get_keys().job(result.job_id), "meta")
     meta = JobMeta.from_json(meta_raw)
     # Run the wrapper twice (as a retry would) and also after Redis forgot the children.
-    run_fan_out(result.job_id, meta, {}, worker="w", consumer_lane="worker")
+    run_fan_out(result.job_id, meta, {}, "tests.per_tenant", worker="w")
     for tenant in tenants:
         redis_client.delete(get_keys().job(child_job_id(result.job_id, str(tenant.pk))))
-    run_fan_out(result.job_id, meta, {}, worker="w", consumer_lane="worker")
+    run_fan_out(result.job_id, meta, {}, "tests.per_tenant", worker="w")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 3
 
 

@@ -18,7 +18,7 @@ from kumiko_jobs import dispatch
 from kumiko_jobs.admin.access import is_operator, staff_tenant_id, tenant_names
 from kumiko_jobs.admin.changelist import CappedCountPaginator, RunChangeList, RunQuerySet
 from kumiko_jobs.admin.filters import JobNameFilter, LaneFilter, TenantFilter
-from kumiko_jobs.dispatching import PER_TENANT_PREFIX
+from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.exceptions import KumikoJobsError, QueueUnavailable
 from kumiko_jobs.models import JobRun, RunStatus
 
@@ -167,7 +167,7 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
             try:
                 result = dispatch(
                     # A fan-out wrapper is retried as its job, which fans out again.
-                    run.job_name.removeprefix(PER_TENANT_PREFIX), run.payload, tenant=run.tenant_id,
+                    wrapped_job(run.job_name) or run.job_name, run.payload, tenant=run.tenant_id,
                     user=request.user, correlation_id=run.correlation_id or None,
                     trigger_name=f"admin-retry:{run.pk}",
                 )  # fmt: skip

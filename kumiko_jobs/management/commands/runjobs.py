@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kumiko_jobs.conf import redis_url
 from kumiko_jobs.connection import get_redis
-from kumiko_jobs.keys import LANES
+from kumiko_jobs.definitions import LANES
 
 
 def positive_int(value: str) -> int:

@@ -1,0 +1,12 @@
+"""System checks ``kumiko_jobs.E0xx``/``W0xx``: one id per rule, each with a hint.
+
+``jobs.py`` checks every declaration, one function per option group; ``settings.py`` checks
+``settings.KUMIKO_JOBS``. Both are registered when the app is ready (apps.py imports this).
+"""
+
+from __future__ import annotations
+
+from kumiko_jobs.checks.jobs import check_definition, check_jobs
+from kumiko_jobs.checks.settings import check_settings
+
+__all__ = ["check_definition", "check_jobs", "check_settings"]
