@@ -23,12 +23,20 @@ from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import gates_for
-from kumiko_jobs.jobdata import JobMeta, job_fields, validate_payload
+from kumiko_jobs.jobdata import JobMeta, job_fields
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
+from kumiko_jobs.validation import (
+    MAX_CORRELATION_ID,
+    MAX_TRIGGER_NAME,
+    MAX_USER_ID,
+    check_text_option,
+    delay_seconds,
+    validate_payload,
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,8 @@ def dispatch(
     """Queue job ``name`` for ``tenant`` (a model instance or id), triggered by ``user``.
 
     Returns at once with the ids; inside ``transaction.atomic()`` the job reaches Redis on
-    commit. Raises UnknownJob, InvalidPayload, InvalidTenant or QueueUnavailable.
+    commit. Raises UnknownJob, InvalidPayload, InvalidTenant, InvalidDispatch or
+    QueueUnavailable, before anything is written.
     """
     definition = registry.get(name)
     body = validate_payload(payload)
@@ -64,10 +73,10 @@ def dispatch(
         definition,
         body,
         tenant_id=normalise_tenant(tenant),
-        user_id=user_id_of(user),
-        correlation_id=correlation_id,
-        trigger_name=trigger_name,
-        delay=delay,
+        user_id=_user_id(user),
+        correlation_id=_correlation_id(correlation_id),
+        trigger_name=check_text_option("trigger_name", trigger_name, MAX_TRIGGER_NAME),
+        delay=delay_seconds(delay),
     )
     return submit([prepared])[0]
 
@@ -83,8 +92,10 @@ def emit(
     """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter."""
     if not isinstance(event, str) or not event:
         raise UnknownEvent(f"emit() needs a non-empty event name, got {event!r}.")
+    check_text_option("event", event, MAX_TRIGGER_NAME)
     body = validate_payload(payload)
-    tenant_id, user_id = normalise_tenant(tenant), user_id_of(user)
+    tenant_id, user_id = normalise_tenant(tenant), _user_id(user)
+    correlation_id = _correlation_id(correlation_id)
     prepared = [
         prepare(
             d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event
@@ -103,11 +114,12 @@ def prepare(
     user_id: str | None,
     correlation_id: str | None = None,
     trigger_name: str = "",
-    delay: timedelta | float | None = None,
+    delay: float = 0.0,
     job_id: str | None = None,
     unique: bool = False,
     run_id: uuid.UUID | None = None,
 ) -> PreparedJob:
+    """Build a run's job hash fields and its row, from arguments already validated."""
     config = get_config()
     keys = get_keys()
     run_id = run_id or uuid.uuid4()
@@ -129,8 +141,7 @@ def prepare(
         flow=gates.flow,
         limit_keys=gates.limit_keys,
     )
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay or 0)
-    seconds = max(seconds, gates.debounce_seconds)
+    seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
     jid = job_id or f"{keys.id_tag}-{run_id.hex}"
     fields = job_fields(
@@ -142,12 +153,24 @@ def prepare(
         result_ttl=int(config["RESULT_TTL"]),
         failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
+        max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = records.new_run_row(meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at)
     return PreparedJob(
         job_id=jid, lane=definition.lane, fields=fields, row=row, gates=gates, run_at=run_at, unique=unique
     )
+
+
+def _user_id(user: Any) -> str | None:
+    user_id = user_id_of(user)
+    return None if user_id is None else check_text_option("user id", user_id, MAX_USER_ID)
+
+
+def _correlation_id(correlation_id: str | None) -> str | None:
+    if correlation_id is None:
+        return None
+    return check_text_option("correlation_id", correlation_id, MAX_CORRELATION_ID)
 
 
 def submit(prepared: Sequence[PreparedJob]) -> list[DispatchResult]:

@@ -35,6 +35,11 @@ class InvalidPayload(KumikoJobsError, ValueError):
         )
 
 
+class InvalidDispatch(KumikoJobsError, ValueError):
+    """An argument of dispatch() other than the payload or tenant is invalid (too long, not
+    printable, a delay that is not finite or over a year)."""
+
+
 class InvalidTenant(KumikoJobsError, ValueError):
     """The tenant passed to dispatch() does not exist or has the wrong type."""
 

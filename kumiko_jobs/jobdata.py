@@ -95,10 +95,15 @@ class JobMeta:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc
 
 
-def encode_data(job_name: str, payload: Mapping[str, Any]) -> bytes:
-    return zlib.compress(
-        json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode()
-    )
+def encode_data(job_name: str, payload: Mapping[str, Any], max_bytes: int | None = None) -> bytes:
+    raw = json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode()
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise InvalidPayload(
+            "$",
+            f"it encodes to {len(raw):,} bytes, over KUMIKO_JOBS['MAX_PAYLOAD_BYTES'] = {max_bytes:,}; "
+            "store large data elsewhere and pass its id",
+        )
+    return zlib.compress(raw)
 
 
 def decode_payload(data: bytes) -> dict[str, Any]:
@@ -126,6 +131,7 @@ def job_fields(
     result_ttl: int,
     failure_ttl: int,
     status: str,
+    max_payload_bytes: int | None = None,
 ) -> list[Any]:
     """Field/value pairs of a new job hash, in RQ's format."""
     stamp = utcformat(now)
@@ -134,7 +140,7 @@ def job_fields(
     pairs: list[Any] = [
         "created_at", stamp,
         "enqueued_at", stamp,
-        "data", encode_data(meta.job_name, payload),
+        "data", encode_data(meta.job_name, payload, max_payload_bytes),
         "origin", queue_name,
         "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
         "status", status,
@@ -148,33 +154,3 @@ def job_fields(
     if meta.limit_keys:
         pairs += ["kumiko_lk", meta.limit_keys]
     return pairs
-
-
-def validate_payload(payload: Any) -> dict[str, Any]:
-    """Check that ``payload`` is a JSON object; raise InvalidPayload naming the bad key path."""
-    if payload is None:
-        return {}
-    if not isinstance(payload, dict):
-        raise InvalidPayload("$", f"expected a dict, got {type(payload).__name__}")
-    _check_value(payload, "$")
-    return payload
-
-
-def _check_value(value: Any, path: str) -> None:
-    if value is None or isinstance(value, str | bool | int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidPayload(path, f"{value!r} is not representable in JSON")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidPayload(f"{path}.{key!r}", f"keys must be str, got {type(key).__name__}")
-            _check_value(item, f"{path}.{key}")
-        return
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_value(item, f"{path}[{index}]")
-        return
-    raise InvalidPayload(path, f"{type(value).__name__} is not JSON-serialisable")

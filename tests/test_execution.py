@@ -110,6 +110,22 @@ def test_unknown_job_in_queue_is_retried_during_grace_then_fails(settings: Any, 
     assert run.status == "failed" and "Unknown job 'tests.from_the_future'" in run.error
 
 
+def test_unknown_per_tenant_job_gets_the_rolling_deploy_grace_too(
+    settings: Any, tenants: list[Any], redis_client: Any
+) -> None:
+    future = dataclasses.replace(registry.get("tests.per_tenant"), name="tests.per_tenant_from_the_future")
+    prepared = prepare(future, {}, tenant_id=None, user_id=None)
+    push([prepared])
+    from kumiko_jobs.records import insert_queued
+
+    insert_queued([prepared.row])
+    assert drain(timeout=0.05) == {"requeued": 1}
+    run = JobRun.objects.get(job_id=prepared.job_id)
+    assert run.status == "queued"
+    assert "Unknown job 'tests.per_tenant_from_the_future'" in run.logs[-1]["msg"]
+    assert redis_client.zscore(get_keys().scheduled("worker"), prepared.job_id) is not None
+
+
 def test_malformed_job_fails_and_drain_keeps_going(redis_client: Any, traces: Any) -> None:
     keys = get_keys()
     bad_id = f"{keys.id_tag}-garbage"

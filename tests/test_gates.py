@@ -259,3 +259,19 @@ def test_fallback_delay_grows_per_deferral_and_is_capped() -> None:
         assert all(base <= d < base + 1000 for d in delays), (n, delays)
         assert len(delays) > 1  # jittered
     assert fallback_delay_ms(100_000, 0) >= 60_000  # the cap applies before the jitter
+
+
+def test_replace_keeps_a_defer_cap(tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+    first = dispatch("tests.capped_replacing", {"n": 1}, tenant=tenant)
+    lane = Lane()
+    running = lane.claim()
+    assert running is not None and running.job_id == first.job_id
+    second = dispatch("tests.capped_replacing", {"n": 2}, tenant=tenant)
+    third = dispatch("tests.capped_replacing", {"n": 3}, tenant=tenant)
+    # The cap (1 per tenant) holds while the first runs, and replace kept only the newest waiting.
+    assert lane.claim() is None
+    assert JobRun.objects.get(pk=second.run_id).status == RunStatus.DROPPED
+    lane.finish(running)
+    nxt = lane.claim()
+    assert nxt is not None and nxt.job_id == third.job_id

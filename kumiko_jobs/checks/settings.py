@@ -152,6 +152,15 @@ def _abandoned_retries(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _max_payload_bytes(config: dict[str, Any]) -> Iterator[Problem]:
+    if not is_positive_int(config["MAX_PAYLOAD_BYTES"]):
+        yield (
+            f"KUMIKO_JOBS['MAX_PAYLOAD_BYTES'] = {config['MAX_PAYLOAD_BYTES']!r} must be a positive integer.",
+            "The largest encoded payload dispatch() accepts; the default is 1048576 (1 MiB).",
+            "E032",
+        )
+
+
 def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
     module = config["JOB_MODULE"]
     if not isinstance(module, str) or not _MODULE_RE.match(module):
@@ -172,5 +181,6 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _lease,
     _audit_window,
     _abandoned_retries,
+    _max_payload_bytes,
     _job_module,
 )

@@ -149,6 +149,11 @@ def replacing(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("replacing", payload, ctx)
 
 
+@job(name="tests.capped_replacing", concurrency="replace", max_per_tenant=MaxPerTenant(1, on_limit="defer"))
+def capped_replacing(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("capped_replacing", payload, ctx)
+
+
 @job(name="tests.debounced", concurrency="debounce", debounce_ms=200)
 def debounced(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("debounced", payload, ctx)
