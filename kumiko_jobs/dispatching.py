@@ -118,6 +118,8 @@ def prepare(
     job_id: str | None = None,
     unique: bool = False,
     run_id: uuid.UUID | None = None,
+    retry_of: uuid.UUID | None = None,
+    fanout_of: str = "",
 ) -> PreparedJob:
     """Build a run's job hash fields and its row, from arguments already validated."""
     config = get_config()
@@ -140,6 +142,7 @@ def prepare(
         trace=current_trace_carrier(),
         flow=gates.flow,
         limit_keys=gates.limit_keys,
+        fanout_of=fanout_of if wrapper else "",
     )
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
@@ -156,7 +159,9 @@ def prepare(
         max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
-    row = records.new_run_row(meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at)
+    row = records.new_run_row(
+        meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at, retry_of=retry_of
+    )
     return PreparedJob(
         job_id=jid, lane=definition.lane, fields=fields, row=row, gates=gates, run_at=run_at, unique=unique
     )

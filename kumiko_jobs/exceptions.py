@@ -48,6 +48,10 @@ class QueueUnavailable(KumikoJobsError, ConnectionError):
     """Redis did not answer in time; nothing was enqueued or recorded."""
 
 
+class NotRetryable(KumikoJobsError, ValueError):
+    """Only failed runs can be retried by hand."""
+
+
 class UnrecoverableError(KumikoJobsError):
     """Raise from a handler to fail the run at once, without further retries."""
 

@@ -81,7 +81,10 @@ def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], target: str
 def _enqueue_batch(
     definition: JobDefinition, wrapper_id: str, meta: JobMeta, payload: dict[str, Any], tenants: list[str]
 ) -> int:
-    ids = {tenant: child_job_id(wrapper_id, tenant) for tenant in tenants}
+    # A retried wrapper derives its children's ids from the original's: tenants the original
+    # reached are found in the run table and skipped.
+    base = meta.fanout_of or wrapper_id
+    ids = {tenant: child_job_id(base, tenant) for tenant in tenants}
     existing = records.recorded_job_ids(ids.values())
     prepared: list[PreparedJob] = [
         prepare(

@@ -43,6 +43,8 @@ class JobMeta:
     limit_keys: str = ""
     # Times the run was put back because its (job, tenant) was over a cap lowered since enqueue.
     cap_defers: int = 0
+    # Fan-out wrappers: the job id children ids derive from ('' = the wrapper's own).
+    fanout_of: str = ""
 
     def to_json(self) -> str:
         raw: dict[str, Any] = {
@@ -63,6 +65,8 @@ class JobMeta:
             raw["lk"] = self.limit_keys
         if self.cap_defers:
             raw["cd"] = self.cap_defers
+        if self.fanout_of:
+            raw["fo"] = self.fanout_of
         if self.unknown_since is not None:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
@@ -90,6 +94,7 @@ class JobMeta:
                 flow=str(d.get("flow", "t|")),
                 limit_keys=str(d.get("lk", "")),
                 cap_defers=int(d.get("cd", 0)),
+                fanout_of=str(d.get("fo", "")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc

@@ -51,6 +51,11 @@ class JobRun(models.Model):
     defer_count = models.PositiveIntegerField(default=0)
     # Per-tenant fan-out wrappers: how many tenant runs this run enqueued.
     fanout_count = models.PositiveIntegerField(null=True, blank=True)
+    # A retry of a failed run is a new run that points at the one it retries.
+    retry_of = models.UUIDField(null=True, blank=True, db_index=True)
+    # A wrapper's children get job ids derived from this job id (a retried wrapper's from the
+    # original's), so a retry enqueues only the tenants the original did not reach.
+    fanout_of = models.CharField(max_length=100, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

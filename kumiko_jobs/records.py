@@ -50,6 +50,7 @@ def new_run_row(
     queued_at: datetime,
     status: str = RunStatus.QUEUED,
     next_attempt_at: datetime | None = None,
+    retry_of: uuid.UUID | None = None,
 ) -> JobRun:
     return JobRun(
         id=uuid.UUID(meta.run_id),
@@ -67,6 +68,8 @@ def new_run_row(
         queued_at=queued_at,
         next_attempt_at=next_attempt_at,
         updated_at=queued_at,
+        retry_of=retry_of,
+        fanout_of=meta.fanout_of,
     )
 
 
