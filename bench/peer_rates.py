@@ -74,8 +74,14 @@ class PeerRound:
 
 def runjobs_concurrency(env: BenchEnv) -> Ours:
     """1 process x 8 threads like the peers where runjobs has ``--threads``; else one thread."""
-    help_text = env.run_child(("manage.py", "runjobs", "--help"), timeout=60).stdout.decode()
-    if re.search(r"--threads\b", help_text):
+    return concurrency_from_help(
+        env.run_child(("manage.py", "runjobs", "--help"), timeout=60).stdout.decode()
+    )
+
+
+def concurrency_from_help(help_text: str) -> Ours:
+    # In the usage line or the options list, as "--threads N" or "-t N, --threads N".
+    if re.search(r"(?<![\w-])--threads\b", help_text):
         name = f"runjobs 1x{THREADS}"
         return Ours(RUNJOBS_CONCURRENCY, THREADS, name, name)
     return Ours((), 1, "runjobs 1 thread", "runjobs (1 thread: --threads not available yet)")
