@@ -51,7 +51,7 @@ class PeerSizes:
     rounds: int
 
 
-FULL = PeerSizes(trivial=2000, io20=1000, io20_serial=250, rounds=3)
+FULL = PeerSizes(trivial=2000, io20=1000, io20_serial=150, rounds=3)
 QUICK = PeerSizes(trivial=80, io20=64, io20_serial=16, rounds=1)
 
 
