@@ -152,6 +152,11 @@ def run(args: argparse.Namespace, argv: list[str], console: Console) -> tuple[Re
 
 def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report, console: Console) -> None:
     sections = args.only or SECTIONS
+    if "peers" in sections:
+        from bench.peer_rates import peer_versions
+
+        # Before any other section runs: a missing install fails at once, not minutes later.
+        report.facts["dramatiq / celery / kombu"] = peer_versions()
     if "dispatch" in sections:
         from bench.dispatch_rate import measure_dispatch
 

@@ -72,6 +72,20 @@ class PeerRound:
     hashes: float | None = None  # first started_at to last ended_at over the job hashes (RQ, runjobs)
 
 
+def peer_versions() -> str:
+    """``dramatiq / celery / kombu`` versions; a clear error where bench/requirements-peers.txt is missing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return " / ".join(version(name) for name in ("dramatiq", "celery", "kombu"))
+    except PackageNotFoundError as exc:
+        raise BenchError(
+            f"the peers section needs {exc.name}: `make bench` installs bench/requirements-peers.txt, "
+            "or run `.venv/bin/python -m pip install -r requirements.txt -r bench/requirements-peers.txt` "
+            "(or run other sections only, e.g. --only workers)"
+        ) from None
+
+
 def runjobs_concurrency(env: BenchEnv) -> Ours:
     """1 process x 8 threads like the peers where runjobs has ``--threads``; else one thread."""
     return concurrency_from_help(
