@@ -39,7 +39,9 @@ TASKS: dict[str, Callable[[str, int, int], None]] = {"trivial": stamps.trivial, 
 DRAMATIQ = ("-m", "dramatiq", "bench.peers.dramatiq_tasks", "--processes", "1", "--threads", str(THREADS))
 DRAMATIQ_LABEL = f"Dramatiq 1x{THREADS}"
 CELERY_LABEL = f"Celery threads {THREADS}"
-RUNJOBS_CONCURRENCY = ("--threads", str(THREADS))
+# What runjobs gets to match the peers' 1 process x 8 threads, each option only once its
+# `--help` lists it (add ("--processes", "1") here when runjobs has that option).
+RUNJOBS_CONCURRENCY = (("--threads", str(THREADS)),)
 IO20_TARGET = 360.0  # jobs/s of 20 ms jobs on 8 threads: 90 % of the ideal 400
 
 
@@ -94,11 +96,18 @@ def runjobs_concurrency(env: BenchEnv) -> Ours:
 
 
 def concurrency_from_help(help_text: str) -> Ours:
-    # In the usage line or the options list, as "--threads N" or "-t N, --threads N".
-    if re.search(r"(?<![\w-])--threads\b", help_text):
-        name = f"runjobs 1x{THREADS}"
-        return Ours(RUNJOBS_CONCURRENCY, THREADS, name, name)
-    return Ours((), 1, "runjobs 1 thread", "runjobs (1 thread: --threads not available yet)")
+    # An option shows in the usage line and the options list, as "--threads N" or "-t N, --threads N".
+    offered = [
+        (flag, value)
+        for flag, value in RUNJOBS_CONCURRENCY
+        if re.search(rf"(?<![\w-]){re.escape(flag)}\b", help_text)
+    ]
+    threads = int(dict(offered).get("--threads", "1"))
+    args = tuple(arg for pair in offered for arg in pair)
+    if threads > 1:
+        name = f"runjobs 1x{threads}"
+        return Ours(args, threads, name, name)
+    return Ours(args, 1, "runjobs 1 thread", "runjobs (1 thread: --threads not available yet)")
 
 
 def stamp_seconds(client: redis.Redis, key: str, count: int) -> float:
