@@ -32,12 +32,15 @@ from bench.environment import (
     own_keys,
     setup_django,
 )
+from bench.peer_rates import FULL as PEERS_FULL
+from bench.peer_rates import QUICK as PEERS_QUICK
+from bench.peer_rates import PeerSizes
 from bench.results import Ratio, Report
 from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers")
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,16 @@ class Plan:
     fork: int
     commands: int
     tenancy: Sizes
+    peers: PeerSizes
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
-FULL = Plan(dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL)
-QUICK = Plan(dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK)
+FULL = Plan(
+    dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL, peers=PEERS_FULL
+)
+QUICK = Plan(
+    dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK, peers=PEERS_QUICK
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -144,6 +152,11 @@ def run(args: argparse.Namespace, argv: list[str], console: Console) -> tuple[Re
 
 def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report, console: Console) -> None:
     sections = args.only or SECTIONS
+    if "peers" in sections:
+        from bench.peer_rates import peer_versions
+
+        # Before any other section runs: a missing install fails at once, not minutes later.
+        report.facts["dramatiq / celery / kombu"] = peer_versions()
     if "dispatch" in sections:
         from bench.dispatch_rate import measure_dispatch
 
@@ -194,6 +207,13 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
         )
+    if "peers" in sections:
+        from bench.peer_rates import measure_peers
+
+        rates, ratios, note = measure_peers(env, plan.peers, console)
+        report.rates += rates
+        report.ratios += ratios
+        report.notes.append(note)
 
 
 def _forget_database(prefix: str) -> None:
