@@ -23,7 +23,7 @@ from kumiko_jobs.outcomes import Outcome
 MAX_DELAY_MS = 60_000
 
 
-def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome | None:
+def defer_over_lowered_cap(definition: JobDefinition, job_id: str, meta: JobMeta) -> Outcome | None:
     flow = gates_for(definition, meta.tenant_id, get_keys()).flow
     capped = cap_of(flow) if flow != meta.flow else None
     if capped is None:
@@ -42,6 +42,7 @@ def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome 
     }
     return outcomes.held_back(
         definition,
+        job_id,
         meta,
         delay_ms=fallback_delay_ms(defer_ms, meta.cap_defers),
         line=line,

@@ -46,6 +46,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "RUNNING_MARK_DELAY": 0.2,
     # Escape-hatch audit window in seconds: one audit row per (job, tenant, kind) per window.
     "AUDIT_WINDOW": 60,
+    # Seconds a worker keeps one database connection before replacing it (CONN_MAX_AGE is for
+    # requests; see db_connections.py).
+    "WORKER_DB_MAX_AGE": 300,
     # Largest payload dispatch() accepts, as encoded JSON: a job hash lives in Redis memory and
     # its row in the run table, so large data belongs in storage and its id in the payload.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,

@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from django.db import close_old_connections
-
 from kumiko_jobs import outcomes, records
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
 from kumiko_jobs.context import Deferral, JobContext, JobLogger
+from kumiko_jobs.db_connections import tidy_after_job
 from kumiko_jobs.definitions import JobDefinition, wrapped_job
 from kumiko_jobs.exceptions import MalformedJob
 from kumiko_jobs.fanout import run_fan_out
@@ -64,7 +63,7 @@ def run_claimed(
     definition = registry.find(meta.job_name)
     if definition is None:
         return outcomes.unknown_job(job.job_id, meta, meta.job_name)
-    held_back = defer_over_lowered_cap(definition, meta)
+    held_back = defer_over_lowered_cap(definition, job.job_id, meta)
     if held_back is not None:
         return held_back
     start = records.Started(job_id=job.job_id, payload=payload, worker=worker, at=datetime.now(UTC))
@@ -114,13 +113,13 @@ def execute(
         observer.finishing()
         if ctx.audit_uses:
             flush_audits(ctx)
-        # Long-lived workers must not keep a broken or expired DB connection between jobs.
-        close_old_connections()
+        # The next job must not inherit a broken connection or a transaction this one left open.
+        tidy_after_job()
     if error is not None:
         return outcomes.failed_attempt(definition, job_id, meta, error, log.lines, start=start)
     if isinstance(result, Deferral):
         return outcomes.deferred(definition, job_id, meta, result.delay_ms, log.lines, start)
-    return outcomes.succeeded(definition, meta, log.lines, start)
+    return outcomes.succeeded(definition, job_id, meta, log.lines, start)
 
 
 def perform_rq_job(job_name: str, payload: dict[str, Any]) -> None:

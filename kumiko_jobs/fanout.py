@@ -75,7 +75,7 @@ def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], target: str
     }
     records.safe(records.set_fanout_count, meta.run_id, total)
     # The wrapper's own gates are a tenant flow: nothing of the target's to release.
-    return outcomes.succeeded(None, meta, [line], None)
+    return outcomes.succeeded(None, job_id, meta, [line], None)
 
 
 def _enqueue_batch(

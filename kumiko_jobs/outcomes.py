@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from kumiko_jobs import records
+from kumiko_jobs import records, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import JobDefinition
@@ -67,9 +67,14 @@ def current_flow_if_changed(definition: JobDefinition | None, meta: JobMeta) -> 
 
 
 def succeeded(
-    definition: JobDefinition | None, meta: JobMeta, logs: list[LogLine], start: records.Started | None
+    definition: JobDefinition | None,
+    job_id: str,
+    meta: JobMeta,
+    logs: list[LogLine],
+    start: records.Started | None,
 ) -> Outcome:
     records.safe(records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start)
+    run_events.attempt_ended(meta, job_id, "succeeded", started_at=start.at if start else None, final=True)
     return Outcome("ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]))
 
 
@@ -89,18 +94,9 @@ def failed_attempt(
     trace_text = "".join(tb.format_exception(exc))
     max_attempts = meta.max_attempts + extra_attempts
     final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
-    # One line per failed attempt; never the payload (it may carry personal data).
-    logger.error(
-        "kumiko_jobs: job failed: %s job_id=%s attempt=%s final=%s error=%s",
-        meta.job_name,
-        job_id,
-        meta.attempt,
-        final,
-        message,
-        extra={"job": meta.job_name, "job_id": job_id, "attempt": meta.attempt, "final": final},
-    )
     logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
     release = release_of(definition, meta)
+    started_at = start.at if start else None
     if final:
         records.safe(
             records.mark_failed,
@@ -111,6 +107,8 @@ def failed_attempt(
             logs=logs,
             started=start,
         )
+        # One line per failed attempt; never the payload (it may carry personal data).
+        run_events.attempt_ended(meta, job_id, "failed", started_at=started_at, final=True, error=message)
         return Outcome(
             "failed",
             "failed",
@@ -133,6 +131,7 @@ def failed_attempt(
         max_attempts=max_attempts,
         started=start,
     )
+    run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message)
     if delay <= 0:
         return Outcome("requeue", "retried", release, meta=next_meta.to_json())
     return Outcome("retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay)
@@ -155,6 +154,7 @@ def deferred(
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
     records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
+    run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at)
     next_meta = dataclasses.replace(meta, defers=meta.defers + 1)
     return Outcome(
         "retry",
@@ -166,12 +166,13 @@ def deferred(
 
 
 def held_back(
-    definition: JobDefinition, meta: JobMeta, *, delay_ms: int, line: LogLine, cap_defers: int
+    definition: JobDefinition, job_id: str, meta: JobMeta, *, delay_ms: int, line: LogLine, cap_defers: int
 ) -> Outcome:
     """Put the run back without an attempt (over a cap lowered since it was queued)."""
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
     records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    run_events.attempt_ended(meta, job_id, "requeued")
     next_meta = dataclasses.replace(meta, cap_defers=cap_defers)
     return Outcome(
         "retry",
@@ -194,10 +195,10 @@ def unknown_job(job_id: str, meta: JobMeta, job_name: str) -> Outcome:
         f"Unknown job {job_name!r} on worker of this deploy; retrying in {delay:g}s "
         f"(gives up {config['UNKNOWN_JOB_GRACE']}s after first seen)."
     )
-    logger.warning("kumiko_jobs: %s job_id=%s", message, job_id)
     line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
     next_at = now + timedelta(seconds=delay)
     records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    run_events.attempt_ended(meta, job_id, "requeued", error=message)
     next_meta = dataclasses.replace(meta, unknown_since=first_seen)
     return Outcome(
         "retry",

@@ -42,7 +42,7 @@ def test_final_failure_after_all_attempts(traces: Any, caplog: pytest.LogCapture
     assert (run.status, run.attempt) == (RunStatus.FAILED, 3)
     assert run.error == "RuntimeError: flaky failure on attempt 3"
     assert "Traceback" in run.traceback and run.finished_at is not None
-    failed_lines = [r for r in caplog.records if "job failed" in r.getMessage()]
+    failed_lines = [r for r in caplog.records if getattr(r, "outcome", None) in ("retried", "failed")]
     assert [(r.attempt, r.final) for r in failed_lines] == [(1, False), (2, False), (3, True)]  # type: ignore[attr-defined]
     assert all("s3cr3t" not in r.getMessage() for r in caplog.records)
 

@@ -28,6 +28,7 @@ POSITIVE_NUMBERS = (
     "UNKNOWN_JOB_GRACE",
     "UNKNOWN_JOB_RETRY_DELAY",
     "TENANT_CACHE_SECONDS",
+    "WORKER_DB_MAX_AGE",
 )
 Problem = tuple[str, str, str]  # message, hint, id suffix
 
