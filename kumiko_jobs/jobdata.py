@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -75,29 +76,48 @@ class JobMeta:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> JobMeta:
+        """Decode and check a job's meta; MalformedJob for anything a run record cannot hold
+        (a poison job is failed once, clearly, instead of breaking every worker that meets it)."""
         try:
             d = json.loads(raw)
-            return cls(
-                run_id=str(d["run"]),
-                job_name=str(d["job"]),
-                lane=str(d["lane"]),
-                tenant_id=d.get("tenant"),
-                triggered_by=d.get("user"),
-                trigger_name=d.get("trigger") or "",
-                correlation_id=d.get("corr") or "",
+            meta = cls(
+                run_id=str(uuid.UUID(str(d["run"]))),
+                job_name=_text(d["job"], 200),
+                lane=_text(d["lane"], 16),
+                tenant_id=_optional_text(d.get("tenant"), 64),
+                triggered_by=_optional_text(d.get("user"), 64),
+                trigger_name=_text(d.get("trigger") or "", 200),
+                correlation_id=_text(d.get("corr") or "", 64),
                 attempt=int(d.get("attempt", 1)),
                 max_attempts=int(d.get("max", 1)),
                 defers=int(d.get("defers", 0)),
                 abandons=int(d.get("abandons", 0)),
-                unknown_since=d.get("unknown_since"),
-                trace=dict(d.get("trace") or {}),
-                flow=str(d.get("flow", "t|")),
-                limit_keys=str(d.get("lk", "")),
+                unknown_since=None if d.get("unknown_since") is None else float(d["unknown_since"]),
+                trace={str(k): str(v) for k, v in (d.get("trace") or {}).items()},
+                flow=_text(d.get("flow", "t|"), 300),
+                limit_keys=_text(d.get("lk", ""), 2000),
                 cap_defers=int(d.get("cd", 0)),
-                fanout_of=str(d.get("fo", "")),
+                fanout_of=_text(d.get("fo", ""), 100),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+            if (
+                meta.attempt < 1
+                or meta.max_attempts < 1
+                or min(meta.defers, meta.abandons, meta.cap_defers) < 0
+            ):
+                raise ValueError("attempt counters out of range")
+            return meta
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc
+
+
+def _text(value: object, max_length: int) -> str:
+    if not isinstance(value, str) or len(value) > max_length:
+        raise ValueError(f"{value!r:.40} is not a string of at most {max_length} characters")
+    return value
+
+
+def _optional_text(value: object, max_length: int) -> str | None:
+    return None if value is None else _text(value, max_length)
 
 
 def encode_data(job_name: str, payload: Mapping[str, Any], max_bytes: int | None = None) -> bytes:

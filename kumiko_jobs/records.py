@@ -21,9 +21,10 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from kumiko_jobs import db_connections
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 
@@ -98,32 +99,24 @@ def insert_queued(rows: Sequence[JobRun]) -> None:
 def mark_running(
     *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], worker: str, now: datetime
 ) -> None:
-    updated = update_run(
-        meta.run_id,
-        status=RunStatus.RUNNING,
-        attempt=meta.attempt,
-        max_attempts=meta.max_attempts,
-        started_at=now,
-        finished_at=None,
-        next_attempt_at=None,
-        worker=worker,
-        updated_at=now,
-    )
-    if not updated:
-        # The dispatcher's insert has not landed (or failed): the run still gets its row. An upsert,
-        # because that queued row may land between the UPDATE above and this insert.
-        row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
-        row.started_at, row.worker = now, worker
-        fields = [
-            "status",
-            "attempt",
-            "max_attempts",
-            "started_at",
-            "next_attempt_at",
-            "worker",
-            "updated_at",
-        ]
-        JobRun.objects.bulk_create([row], update_conflicts=True, unique_fields=["pk"], update_fields=fields)
+    values = {
+        "status": RunStatus.RUNNING,
+        "attempt": meta.attempt,
+        "max_attempts": meta.max_attempts,
+        "started_at": now,
+        "finished_at": None,
+        "next_attempt_at": None,
+        "worker": worker,
+        "updated_at": now,
+    }
+    if update_run(meta.run_id, **values):
+        return
+    # The dispatcher's insert has not landed (or failed): the run still gets its row. The insert
+    # ignores a conflict on any unique column (the dispatcher's row may land in between, and it
+    # conflicts on the job id as well as the key), and the UPDATE then applies either way.
+    row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
+    insert_queued([row])
+    update_run(meta.run_id, **values)
 
 
 def mark_succeeded(
@@ -307,13 +300,33 @@ def _update_sql(alias: str, names: tuple[str, ...]) -> str:
 
 
 def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> bool:
-    """Run a record write; a database outage is logged, never turned into a job failure."""
-    try:
-        write(*args, **kwargs)
-    except DatabaseError:
-        logger.exception("kumiko_jobs: run record write %s failed", getattr(write, "__name__", write))
+    """Run a record write; a failure is logged, never turned into a job failure or a dead worker.
+
+    A connection that broke under the write (a job closed it, the database restarted) is
+    replaced and the write tried once more: every write here is an idempotent UPDATE or upsert.
+    """
+    name = getattr(write, "__name__", repr(write))
+    for attempt in (1, 2):
+        try:
+            write(*args, **kwargs)
+        except (IntegrityError, DataError):
+            logger.exception("kumiko_jobs: run record write %s failed", name)
+        except DatabaseError:
+            # Anything else may be a connection that broke under us (on SQLite a closed one
+            # says ProgrammingError): a fresh connection gets one more try.
+            connection = connections[router.db_for_write(JobRun)]
+            if attempt == 1 and not connection.in_atomic_block:
+                logger.warning("kumiko_jobs: run record write %s lost its connection; retrying", name)
+                db_connections.discard(connection)
+                continue
+            logger.exception("kumiko_jobs: run record write %s failed", name)
+        except Exception:
+            # A bad value in a job's metadata must not stop the worker (poison job).
+            logger.exception("kumiko_jobs: run record write %s failed", name)
+        else:
+            return True
         return False
-    return True
+    return False
 
 
 def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:

@@ -8,6 +8,8 @@ explains why (measured: forking per job costs ~2x and a DB connection per job).
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 import uuid
 from typing import Any
@@ -18,16 +20,18 @@ from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
 
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import get_config, redis_url
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.db_connections import opened_connections
 from kumiko_jobs.execution import run_claimed
 from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
 from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
+from kumiko_jobs.worker_logging import redacted
 
-logger = logging.getLogger("kumiko_jobs")
+logger = logging.getLogger("kumiko_jobs.worker")
 REAP_INTERVAL = 5.0
 MAX_BLOCK = 1.0
 
@@ -61,6 +65,7 @@ class LaneWorker(SimpleWorker):
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
     ) -> bool:
         self.bootstrap(logging_level)
+        self._log_banner(burst, max_jobs)
         self.client.sadd(self.keys.claimers(self.lane), self.name)
         self._install_signal_handlers()  # type: ignore[no-untyped-call]
         self._heartbeat = Heartbeat(self.client, self.keys, self.lane, self.key)
@@ -80,8 +85,41 @@ class LaneWorker(SimpleWorker):
             self.client.srem(self.keys.claimers(self.lane), self.name)
             self.teardown()  # type: ignore[no-untyped-call]
         done = sum(self.counts.values())
-        logger.info("kumiko_jobs: worker %s stopped after %d jobs %s", self.name, done, self.counts)
+        logger.info(
+            "worker %s stopped after %d jobs %s; database connections opened: %d",
+            self.name,
+            done,
+            self.counts,
+            opened_connections(),
+        )
         return done > 0
+
+    def request_stop(self, signum: int, frame: Any) -> None:
+        logger.info(
+            "worker %s: %s received: %s, then stopping (a second signal stops at once)",
+            self.name,
+            signal.Signals(signum).name,
+            "finishing the running job" if self._state == WorkerStatus.BUSY else "no job running",
+        )
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+
+    def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
+        from django.db import connection
+
+        logger.info(
+            "worker %s (pid %d) consuming lane %s (queue %s, prefix %r) on Redis %s, database %s; "
+            "scheduler %s%s%s",
+            self.name,
+            os.getpid(),
+            self.lane,
+            self.keys.queue_name(self.lane),
+            self.keys.prefix,
+            redacted(redis_url()),
+            f"{connection.vendor}:{connection.settings_dict.get('NAME')}",
+            "on" if self.schedule else "off (--no-scheduler)",
+            ", burst" if burst else "",
+            f", at most {max_jobs} jobs" if max_jobs else "",
+        )
 
     def _loop(self, burst: bool, max_jobs: int | None) -> int:
         heartbeat = self._heartbeat

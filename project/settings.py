@@ -65,13 +65,9 @@ TEMPLATES: list[dict[str, Any]] = [
 
 DATABASES: dict[str, dict[str, Any]] = {
     "default": dict(
-        dj_database_url.config(
-            default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}",
-            conn_max_age=60,
-            # Off on purpose: with health checks on, Django pings the database before the first
-            # query after every close_old_connections(), i.e. once per job in a worker.
-            conn_health_checks=False,
-        )
+        # Django's connection defaults (CONN_MAX_AGE 0): workers keep their own connections
+        # between jobs (kumiko_jobs/db_connections.py), so nothing is tuned here.
+        dj_database_url.config(default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}")
     ),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -122,17 +118,5 @@ RQ_QUEUES: dict[str, dict[str, Any]] = {
 # "auto": django-rq enqueues at once; kumiko_jobs does its own on-commit handling.
 RQ = {"COMMIT_MODE": "auto"}
 
-LOGGING: dict[str, Any] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "{asctime} {levelname} {name}: {message}", "style": "{"},
-    },
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
-    },
-    "loggers": {
-        # Propagates to the root logger (no handler there) so that pytest's caplog sees it.
-        "kumiko_jobs": {"handlers": ["console"], "level": "INFO"},
-    },
-}
+# No LOGGING: Django's default. runjobs gives itself timestamped output on stderr (-v 0..3);
+# a project that configures the kumiko_jobs logger keeps its own (worker_logging.py).

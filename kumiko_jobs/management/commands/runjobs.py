@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from kumiko_jobs import worker_logging
 from kumiko_jobs.conf import redis_url
 from kumiko_jobs.connection import get_redis
 from kumiko_jobs.definitions import LANES
@@ -43,15 +43,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from kumiko_jobs.worker import LaneWorker
 
+        verbosity = int(options["verbosity"])
+        worker_logging.configure(verbosity)
         try:
             get_redis().ping()
         except redis.RedisError as exc:
             raise CommandError(
-                f"Redis at {redis_url()} is not reachable ({exc}). "
+                f"Redis at {worker_logging.redacted(redis_url())} is not reachable ({exc}). "
                 "Start Redis or set KUMIKO_JOBS['REDIS_URL']."
             ) from exc
         worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
-        level = {0: "WARNING", 1: "INFO"}.get(options["verbosity"], "DEBUG")
-        # -v0 also quiets per-job log lines (ctx.log still lands on the run records).
-        logging.getLogger("kumiko_jobs").setLevel(level)
-        worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=level)
+        # RQ's own start-up lines repeat our banner; they show at -v 3 only.
+        rq_level = "DEBUG" if verbosity >= 3 else "WARNING"
+        worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=rq_level)
