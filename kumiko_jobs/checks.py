@@ -7,7 +7,6 @@ import re
 import zoneinfo
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlparse
 
 from croniter import croniter
 from django.apps import AppConfig, apps
@@ -15,7 +14,7 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.utils.module_loading import import_string
 
-from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config, redis_url
+from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config
 from kumiko_jobs.definitions import (
     CONCURRENCY_MODES,
     CONCURRENCY_SCOPES,
@@ -199,15 +198,7 @@ def check_settings(app_configs: Iterable[AppConfig] | None = None, **kwargs: Any
                 id="kumiko_jobs.W001",
             )
         )
-    url = redis_url()
-    if urlparse(url).scheme not in ("redis", "rediss", "unix"):
-        out.append(
-            Error(
-                f"KUMIKO_JOBS['REDIS_URL'] {url!r} is not a Redis URL.",
-                hint="Use redis://host:6379/0, rediss://… or unix:///path/redis.sock.",
-                id="kumiko_jobs.E013",
-            )
-        )
+    # REDIS / REDIS_URL: redis_checks.py (kumiko_jobs.E101-E105).
     prefix = config["QUEUE_PREFIX"]
     if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
         out.append(

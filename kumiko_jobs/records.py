@@ -314,7 +314,14 @@ def safe(write: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
-    """Queued runs that will never run (replaced); a run that already started is left alone."""
-    JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
+    """Waiting runs that will never run (replaced, canceled); a run that started is left alone."""
+    JobRun.objects.filter(job_id__in=list(job_ids), status__in=(RunStatus.QUEUED, RunStatus.DEFERRED)).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
+    )
+
+
+def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
+    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again."""
+    JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
+        status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
     )

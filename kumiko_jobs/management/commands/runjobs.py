@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kumiko_jobs.conf import redis_url
+from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_redis
 from kumiko_jobs.keys import LANES
 
@@ -47,8 +47,8 @@ class Command(BaseCommand):
             get_redis().ping()
         except redis.RedisError as exc:
             raise CommandError(
-                f"Redis at {redis_url()} is not reachable ({exc}). "
-                "Start Redis or set KUMIKO_JOBS['REDIS_URL']."
+                f"Redis at {redis_description()} is not reachable ({exc}). "
+                "Start Redis or set KUMIKO_JOBS['REDIS']."
             ) from exc
         worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
         level = {0: "WARNING", 1: "INFO"}.get(options["verbosity"], "DEBUG")
