@@ -12,10 +12,11 @@ class KumikoJobsConfig(AppConfig):
         from django.utils.module_loading import autodiscover_modules
 
         # Importing the check modules registers the system checks.
-        from kumiko_jobs import checks, redis_checks  # noqa: F401
+        from kumiko_jobs import checks, redis_checks, rq_guard  # noqa: F401
         from kumiko_jobs.conf import get_config
 
         autodiscover_modules(get_config()["JOB_MODULE"])
+        rq_guard.install()
         if apps.is_installed("django_rq"):
             from kumiko_jobs.dashboard import checks as dashboard_checks  # noqa: F401
             from kumiko_jobs.dashboard import setup

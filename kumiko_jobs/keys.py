@@ -33,6 +33,10 @@ class Keys:
     def queue_name(self, lane: str) -> str:
         return f"{self.prefix}:{lane}"
 
+    def lane_of_queue(self, queue_name: str) -> str | None:
+        """The lane whose RQ queue name this is under this prefix, or None."""
+        return next((lane for lane in LANES if self.queue_name(lane) == queue_name), None)
+
     # RQ structures of a lane -------------------------------------------------------------
     def queue(self, lane: str) -> str:
         return f"rq:queue:{self.queue_name(lane)}"

@@ -18,13 +18,11 @@ from rq.serializers import JSONSerializer
 from rq.utils import as_text
 
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.keys import LANES
 
 
 def lane_of(queue_name: str) -> str | None:
     """The lane whose RQ queue this is under the current prefix, or None."""
-    keys = get_keys()
-    return next((lane for lane in LANES if keys.queue_name(lane) == queue_name), None)
+    return get_keys().lane_of_queue(queue_name)
 
 
 class LaneQueue(DjangoRQ):
