@@ -173,6 +173,8 @@ def test_only_operators_reach_the_dashboard(
         assert operator.get(url).status_code == 200, url
     assert "Django-RQ" in operator.get("/admin/").content.decode()
     assert operator.get(f"/admin/django_rq/dashboard/queues/{index}/").status_code == 200
+    in_admin = operator.get("/admin/django_rq/dashboard/")  # the admin link's page: the front page
+    assert in_admin.status_code == 200 and get_keys().queue_name("worker") in in_admin.content.decode()
     assert operator.get("/django-rq/stats.json").json()["queues"]
 
 
