@@ -198,7 +198,7 @@ def check_settings(app_configs: Iterable[AppConfig] | None = None, **kwargs: Any
                 id="kumiko_jobs.W001",
             )
         )
-    # REDIS / REDIS_URL: redis_checks.py (kumiko_jobs.E101-E105).
+    # REDIS / REDIS_URL: redis_checks.py (kumiko_jobs.E101-E104, W105).
     prefix = config["QUEUE_PREFIX"]
     if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
         out.append(
