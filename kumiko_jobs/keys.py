@@ -33,6 +33,8 @@ WAKE_SUFFIX = "wake"  # token list idle workers block on
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
+-- RQ's structures of a queue (keys.Keys.queue/scheduled/failed/finished/started).
+local function rq_key(kind, queue) return 'rq:' .. kind .. ':' .. queue end
 local function flow_key(P, flow) return P .. '{FLOW_SUFFIX}' .. flow end
 local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
@@ -56,6 +58,10 @@ class Keys:
 
     def queue_name(self, lane: str) -> str:
         return f"{self.prefix}:{lane}"
+
+    def lane_of_queue(self, queue_name: str) -> str | None:
+        """The lane whose RQ queue name this is under this prefix, or None."""
+        return next((lane for lane in LANES if self.queue_name(lane) == queue_name), None)
 
     # RQ structures of a lane -------------------------------------------------------------
     def queue(self, lane: str) -> str:

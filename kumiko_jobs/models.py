@@ -60,6 +60,8 @@ class JobRun(models.Model):
 
     class Meta:
         ordering = ("-queued_at",)
+        # Operators' access to django-rq's dashboard (every tenant's jobs): kumiko_jobs.dashboard.
+        permissions = (("use_rq_dashboard", "Can use the django-rq dashboard (jobs of every tenant)"),)
         # Every index costs each dispatch an insert into it: these serve the admin's filters
         # (lane is two values, so lane filters ride on the queued_at index).
         indexes = (

@@ -14,7 +14,7 @@ import redis
 from django.utils import timezone
 
 from kumiko_jobs import flows
-from kumiko_jobs.conf import get_config, redis_url
+from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.gates import Gates
@@ -169,8 +169,8 @@ def unavailable(exc: Exception) -> QueueUnavailable:
     else:
         what = "nothing was enqueued or recorded"
     return QueueUnavailable(
-        f"Redis at {redis_url()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
-        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS_URL'] is right."
+        f"Redis at {redis_description()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
+        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS'] is right."
     )
 
 

@@ -330,8 +330,8 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
 
 
 def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
-    """Queued runs that will never run (replaced); a run that already started is left alone."""
-    JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
+    """Waiting runs that will never run (replaced, canceled); a run that started is left alone."""
+    JobRun.objects.filter(job_id__in=list(job_ids), status__in=(RunStatus.QUEUED, RunStatus.DEFERRED)).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
     )
 
@@ -383,3 +383,10 @@ def recorded_job_ids(job_ids: Iterable[str]) -> set[str]:
 def run_id_of(job_id: str) -> str | None:
     run_id = JobRun.objects.filter(job_id=job_id).values_list("pk", flat=True).first()
     return str(run_id) if run_id else None
+
+
+def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
+    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again."""
+    JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
+        status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
+    )

@@ -26,7 +26,12 @@ from kumiko_jobs.registry import registry
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 200
 INTERVAL = 60.0
-_REDIS_TO_RUN = {b"finished": RunStatus.SUCCEEDED, b"failed": RunStatus.FAILED}
+# "canceled": replaced or canceled by an operator (cancelling.py) after its row write was lost.
+_REDIS_TO_RUN = {
+    b"finished": RunStatus.SUCCEEDED,
+    b"failed": RunStatus.FAILED,
+    b"canceled": RunStatus.DROPPED,
+}
 
 
 def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:

@@ -86,6 +86,23 @@ class TakeAbandonedArgs(NamedTuple):
     limit: int
 
 
+class CancelArgs(NamedTuple):
+    """ARGV of lua/cancel.lua; job ids follow."""
+
+    api_queue: str  # the lanes' queue names: a job of another prefix is refused
+    worker_queue: str
+    now_iso: str
+    ttl: int  # how long a canceled hash is kept (repair reads it)
+
+
+class RequeueArgs(NamedTuple):
+    """ARGV of lua/requeue.lua; (job id, limits) pairs follow."""
+
+    api_queue: str
+    worker_queue: str
+    now_iso: str
+
+
 def _source(name: str) -> str:
     return files("kumiko_jobs").joinpath("lua", f"{name}.lua").read_text()
 
@@ -106,6 +123,8 @@ class LaneScripts:
         self.promote: Script = client.register_script(_lane_script("promote"))
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
         self.take_abandoned: Script = client.register_script(_source("take_abandoned"))
+        self.cancel: Script = client.register_script(_lane_script("cancel"))
+        self.requeue: Script = client.register_script(_lane_script("requeue"))
 
 
 @cache
