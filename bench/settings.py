@@ -1,11 +1,12 @@
-"""Django settings of the benchmarks: the demo project plus the bench jobs, tuned like production.
+"""Django settings of the benchmarks: the demo project plus the bench jobs, with Django's defaults
+(no CONN_MAX_AGE tuning; runjobs is started with -v 0, so per-job lines are not printed).
 
 The database comes from DATABASE_URL as in project.settings; ``python -m bench`` sets it to a
 temporary SQLite file (or the PostgreSQL database it was given) before Django starts.
 """
 
 from project.settings import *  # noqa: F403
-from project.settings import INSTALLED_APPS, KUMIKO_JOBS, LOGGING
+from project.settings import INSTALLED_APPS, KUMIKO_JOBS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
 
@@ -14,12 +15,3 @@ KUMIKO_JOBS = {**KUMIKO_JOBS, "ACTIVE_TENANTS": "bench.benchapp.tenants.active_t
 
 # DEBUG keeps every SQL statement in connection.queries: a per-job cost no deployment pays.
 DEBUG = False
-
-# Per-job lines are not what is measured: only warnings and errors reach the console.
-LOGGING = {
-    **LOGGING,
-    "loggers": {
-        **LOGGING["loggers"],
-        "kumiko_jobs": {**LOGGING["loggers"]["kumiko_jobs"], "level": "WARNING"},
-    },
-}

@@ -17,12 +17,8 @@ import multiprocessing
 import os
 import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import TypeVar
@@ -34,7 +30,8 @@ from rq.serializers import JSONSerializer
 from rq.utils import utcparse
 
 from bench.benchapp.tenants import FANOUT_TENANTS_ENV
-from bench.environment import ROOT, BenchEnv, BenchError, delete_own_keys, delete_own_rows
+from bench.children import Child, running
+from bench.environment import BenchEnv, BenchError, delete_own_keys, delete_own_rows
 from bench.results import Figure
 from bench.rqtasks import noop
 from bench.worker_rate import RUNJOBS, busy_seconds, fill_rq_queue
@@ -487,7 +484,7 @@ def _fan_out_once(env: BenchEnv, tenants: int) -> float:
     os.environ[FANOUT_TENANTS_ENV] = str(tenants)
     try:
         started = time.perf_counter()
-        outcome = run_fan_out(wrapper.job_id, meta, {}, worker=f"{env.prefix}_fanout", consumer_lane="worker")
+        outcome = run_fan_out(wrapper.job_id, meta, {}, "bench.fanned", worker=f"{env.prefix}_fanout")
         seconds = time.perf_counter() - started
     finally:
         del os.environ[FANOUT_TENANTS_ENV]
@@ -598,64 +595,6 @@ def _two_tenants() -> tuple[str, str]:
     if len(ids) < 2:
         raise BenchError("the tenancy bench needs two active demo tenants (project/demo seeds three)")
     return ids[0], ids[1]
-
-
-class Child:
-    """A child process left running while the bench works; its output goes to a temporary file
-    that error messages quote."""
-
-    def __init__(self, env: BenchEnv, argv: Sequence[str]) -> None:
-        self.env, self.argv = env, argv
-        self.output = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(
-            [sys.executable, *argv],
-            cwd=ROOT,
-            env=env.child_env(),
-            stdout=self.output,
-            stderr=subprocess.STDOUT,
-        )
-        env.children.append(self.process)
-
-    def check(self) -> None:
-        if self.process.poll() is not None:
-            command = " ".join(self.argv)
-            raise BenchError(f"{command} exited {self.process.returncode}; its output:\n{self.tail()}")
-
-    def wait_for(self, probe: Callable[[], T | None], timeout: float, what: str) -> T:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:  # None and False: not yet
-                return value
-            self.check()
-            if time.monotonic() > deadline:
-                command = " ".join(self.argv)
-                raise BenchError(f"waited {timeout:.0f}s for {what}; {command} said:\n{self.tail()}")
-            time.sleep(0.01)
-
-    def tail(self) -> str:
-        self.output.seek(0)
-        return self.output.read().decode(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()  # both workers finish the job in hand, then exit
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.env.children.remove(self.process)
-        self.output.close()
-
-
-@contextmanager
-def running(env: BenchEnv, argv: Sequence[str]) -> Iterator[Child]:
-    child = Child(env, argv)
-    try:
-        yield child
-    finally:
-        child.stop()
 
 
 def _ms(seconds: float) -> str:

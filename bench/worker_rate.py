@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 from rq import Queue
@@ -29,8 +30,9 @@ ENQUEUE_BATCH = 500
 RUNJOBS = ("manage.py", "runjobs", "--lane", "worker", "--burst", "-v", "0")
 
 
-def fill_lane(env: BenchEnv, count: int, tag: str) -> list[str]:
-    """Queue ``count`` bench.noop jobs through dispatch(): rows in one transaction, pushes on commit."""
+def fill_lane(env: BenchEnv, count: int, tag: str, job: str = "bench.noop", **payload: Any) -> list[str]:
+    """Queue ``count`` ``job`` runs through dispatch() (payload ``{"i": i, **payload}``): rows in
+    one transaction, pushes on commit."""
     from django.db import transaction
 
     from kumiko_jobs import dispatch
@@ -39,21 +41,27 @@ def fill_lane(env: BenchEnv, count: int, tag: str) -> list[str]:
     with transaction.atomic():
         for i in range(count):
             result = dispatch(
-                "bench.noop", {"i": i}, tenant=env.tenant_id, correlation_id=f"{env.prefix}_{tag}"
+                job, {"i": i, **payload}, tenant=env.tenant_id, correlation_id=f"{env.prefix}_{tag}"
             )
             job_ids.append(str(result.job_id))
     return job_ids
 
 
-def fill_rq_queue(client: redis.Redis, queue_name: str, count: int) -> list[str]:
-    """Queue ``count`` raw noop jobs with enqueue_many (fast, so filling does not dominate the run)."""
+def fill_rq_queue(
+    client: redis.Redis, queue_name: str, count: int, func: Callable[..., None] = noop, *args: Any
+) -> list[str]:
+    """Queue ``count`` raw jobs ``func(*args, i)`` with enqueue_many (fast, so filling does not
+    dominate the run)."""
     queue = Queue(queue_name, connection=client, serializer=JSONSerializer)
     job_ids = [f"{queue_name}_{i}" for i in range(count)]
     for start in range(0, count, ENQUEUE_BATCH):
         batch = job_ids[start : start + ENQUEUE_BATCH]
         with client.pipeline() as pipe:
             queue.enqueue_many(
-                [Queue.prepare_data(noop, (start + n,), job_id=job_id) for n, job_id in enumerate(batch)],
+                [
+                    Queue.prepare_data(func, (*args, start + n), job_id=job_id)
+                    for n, job_id in enumerate(batch)
+                ],
                 pipeline=pipe,
             )
             pipe.execute()
@@ -86,12 +94,24 @@ class Round:
     wall: float  # child process start to exit
 
 
-def run_ours(env: BenchEnv, count: int, tag: str, profile: Path | None = None) -> Round:
+def run_ours(
+    env: BenchEnv,
+    count: int,
+    tag: str,
+    profile: Path | None = None,
+    *,
+    job: str = "bench.noop",
+    payload: Mapping[str, Any] | None = None,
+    extra_args: Sequence[str] = (),
+) -> Round:
+    """Fill the lane with ``count`` runs of ``job``, work them off with one burst ``runjobs``
+    (plus ``extra_args``), check every run record says succeeded."""
     from kumiko_jobs.connection import get_redis
     from kumiko_jobs.models import JobRun, RunStatus
 
-    job_ids = fill_lane(env, count, tag)
-    argv: tuple[str, ...] = RUNJOBS if profile is None else ("-m", "cProfile", "-o", str(profile), *RUNJOBS)
+    job_ids = fill_lane(env, count, tag, job, **(payload or {}))
+    runjobs = (*RUNJOBS, *extra_args)
+    argv = runjobs if profile is None else ("-m", "cProfile", "-o", str(profile), *runjobs)
     started = time.perf_counter()
     env.run_child(argv, timeout=_timeout(count, 20))
     wall = time.perf_counter() - started
@@ -104,12 +124,16 @@ def run_ours(env: BenchEnv, count: int, tag: str, profile: Path | None = None) -
     return Round(busy, wall)
 
 
-def run_rq(env: BenchEnv, count: int, kind: str, tag: str) -> Round:
+def run_rq(
+    env: BenchEnv, count: int, kind: str, tag: str, func: Callable[..., None] = noop, *args: Any
+) -> Round:
+    """Fill a fresh RQ queue with ``count`` jobs ``func(*args, i)``, work it off with one burst
+    RQ worker child of ``kind`` (simple, fork)."""
     from kumiko_jobs.connection import get_redis
 
     client = get_redis()
     queue_name = f"{env.prefix}_rq_{kind}_{tag}"
-    job_ids = fill_rq_queue(client, queue_name, count)
+    job_ids = fill_rq_queue(client, queue_name, count, func, *args)
     started = time.perf_counter()
     env.run_child(
         ("-m", "bench.rqworker", kind, queue_name, f"{queue_name}_worker"), timeout=_timeout(count, 5)

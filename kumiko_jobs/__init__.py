@@ -11,7 +11,6 @@ from kumiko_jobs.definitions import (
     TenantVisibleFailure,
     TenantVisibleRun,
     cron,
-    job,
     manual,
     on_event,
 )
@@ -23,6 +22,7 @@ from kumiko_jobs.exceptions import (
     UnknownJob,
     UnrecoverableError,
 )
+from kumiko_jobs.registry import job
 
 if TYPE_CHECKING:
     from kumiko_jobs.dispatching import DispatchResult, dispatch, emit

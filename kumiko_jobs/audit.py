@@ -56,7 +56,7 @@ def _write(ctx: JobContext, kind: str, count: int) -> None:
     start = int(now.timestamp()) // window * window
     window_start = datetime.fromtimestamp(start, UTC)
     tenant = ctx.tenant_id or ""
-    key = f"{get_keys().prefix}:audit:{ctx.job_name}:{tenant}:{kind}:{start}"
+    key = get_keys().audit_window(ctx.job_name, tenant, kind, start)
     rows = EscapeHatchAudit.objects.filter(
         job_name=ctx.job_name, tenant_id=tenant, kind=kind, window_start=window_start
     )

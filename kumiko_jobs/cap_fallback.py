@@ -10,11 +10,12 @@ comparison for every other run.
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from kumiko_jobs import records
+from kumiko_jobs import outcomes
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import JobDefinition
+from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.outcomes import Outcome
@@ -22,42 +23,34 @@ from kumiko_jobs.outcomes import Outcome
 MAX_DELAY_MS = 60_000
 
 
-def defer_over_lowered_cap(definition: JobDefinition, meta: JobMeta) -> Outcome | None:
-    keys = get_keys()
-    flow = gates_for(definition, meta.tenant_id, keys).flow
-    if flow == meta.flow or not flow.startswith("c"):
+def defer_over_lowered_cap(definition: JobDefinition, job_id: str, meta: JobMeta) -> Outcome | None:
+    flow = gates_for(definition, meta.tenant_id, get_keys()).flow
+    capped = cap_of(flow) if flow != meta.flow else None
+    if capped is None:
         return None
-    cap, _, base = flow[1:].partition("|")
+    cap, counter = capped
     # The claim counted this run under the same (job, tenant) key, so "over" means > cap.
-    running = int(get_redis().hget(keys.lane(meta.lane) + "run", "|" + base) or 0)
-    if running <= int(cap):
+    running = int(get_redis().hget(get_keys().running(meta.lane), counter) or 0)
+    if running <= cap:
         return None
     defer_ms = definition.max_per_tenant.defer_ms if definition.max_per_tenant else 1000
-    delay_ms = fallback_delay_ms(defer_ms, meta.cap_defers)
-    now = datetime.now(UTC)
-    next_at = now + timedelta(milliseconds=delay_ms)
     line = {
-        "t": now.isoformat(),
+        "t": datetime.now(UTC).isoformat(),
         "level": "info",
         "msg": f"waiting: {running - 1} runs of this job and tenant are running, the cap is now {cap}",
         "attempt": meta.attempt,
     }
-    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
-    next_meta = JobMeta(**{**meta.__dict__, "cap_defers": meta.cap_defers + 1})
-    outcome = Outcome("retry", meta=next_meta.to_json(), retry_at=next_at.timestamp(), counted_as="requeued")
-    outcome.current_flow = flow
-    return outcome
+    return outcomes.held_back(
+        definition,
+        job_id,
+        meta,
+        delay_ms=fallback_delay_ms(defer_ms, meta.cap_defers),
+        line=line,
+        cap_defers=meta.cap_defers + 1,
+    )
 
 
 def fallback_delay_ms(defer_ms: int, deferrals: int) -> int:
     """Grows per deferral, capped at a minute, with jitter so held-back runs do not return together."""
     grown: int = min(defer_ms * 2 ** min(deferrals, 6), MAX_DELAY_MS)
     return grown + random.randrange(defer_ms)  # noqa: S311
-
-
-def current_flow_if_changed(definition: JobDefinition | None, meta: JobMeta) -> str:
-    """The job's flow under this deploy when it is a capped one that differs from the run's."""
-    if definition is None or not meta.flow.startswith("c"):
-        return ""
-    flow = gates_for(definition, meta.tenant_id, get_keys()).flow
-    return flow if flow != meta.flow else ""

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+from kumiko_jobs.redis_target import InvalidRedisSetting, configured_value, mask_password, parse
 
 CONFIG_DEFAULTS: dict[str, Any] = {
-    # None means: env KUMIKO_REDIS_URL, then the local default.
+    # Where Redis is: a URL (redis://, rediss://, unix://, redis+sentinel://) or "cache:<alias>"
+    # (the pool of a django-redis cache); see redis_target.py. None: REDIS_URL, then env
+    # KUMIKO_REDIS_URL, then redis://127.0.0.1:6379/0.
+    "REDIS": None,
+    # The older name of REDIS, for URLs only; setting both is an error (kumiko_jobs.E102).
     "REDIS_URL": None,
     "QUEUE_PREFIX": "kumiko",
     # Dotted path to () -> iterable of tenant ids; needed by per_tenant jobs.
@@ -45,6 +51,12 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "RUNNING_MARK_DELAY": 0.2,
     # Escape-hatch audit window in seconds: one audit row per (job, tenant, kind) per window.
     "AUDIT_WINDOW": 60,
+    # Seconds a worker keeps one database connection before replacing it (CONN_MAX_AGE is for
+    # requests; see db_connections.py).
+    "WORKER_DB_MAX_AGE": 300,
+    # Largest payload dispatch() accepts, as encoded JSON: a job hash lives in Redis memory and
+    # its row in the run table, so large data belongs in storage and its id in the payload.
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # Schedules (kumiko_jobs/scheduling). Dotted path to (tenant_id) -> IANA zone name, for
     # cron(..., tz="tenant"); None puts every tenant in UTC.
     "TENANT_TIMEZONE": None,
@@ -64,10 +76,17 @@ CONFIG_DEFAULTS: dict[str, Any] = {
 
 
 def redis_url() -> str:
-    value = get_config()["REDIS_URL"]
-    if value:
-        return str(value)
-    return os.environ.get("KUMIKO_REDIS_URL", "redis://127.0.0.1:6379/0")
+    """The Redis setting in force as written (a URL or "cache:<alias>"); may hold a password."""
+    return configured_value(get_config())[1]
+
+
+def redis_description() -> str:
+    """The Redis setting in force for messages: the URL without its password, or the cache."""
+    value = redis_url()
+    try:
+        return parse(value).describe()
+    except InvalidRedisSetting:
+        return mask_password(value)
 
 
 @cache
@@ -77,11 +96,18 @@ def get_config() -> dict[str, Any]:
     return {**CONFIG_DEFAULTS, **user}
 
 
+def import_setting(key: str) -> Any:
+    """The callable a hook setting names: a dotted path, or the callable itself; None if unset."""
+    value = get_config()[key]
+    if value is None or value == "":
+        return None
+    return import_string(value) if isinstance(value, str) else value
+
+
 @receiver(setting_changed)
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    # Modules that cache something derived from these settings listen for the same signal;
+    # receivers run in connection order, and this one is connected first (conf is imported
+    # by every one of them).
     if setting == "KUMIKO_JOBS":
         get_config.cache_clear()
-        from kumiko_jobs import connection, tenancy
-
-        connection.reset()
-        tenancy.reset_caches()

@@ -67,6 +67,10 @@ class JobLogger:
 
 @dataclass
 class JobContext:
+    """``ctx``, the second argument of every handler: who and what the run is for, its logger
+    (lines land on the run record), chaining (``dispatch``), ``defer`` and the audited escape
+    hatches. The tenant is already active (``TENANT_ACTIVATOR``) when the handler runs."""
+
     job_name: str
     run_id: str
     job_id: str

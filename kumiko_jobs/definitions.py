@@ -1,15 +1,14 @@
-"""Job definitions: the ``@job`` decorator, triggers and option types (all frozen dataclasses).
+"""What a job is: its definition, triggers and option types (frozen dataclasses, pure data).
 
-The decorator records what was declared, normalising only unambiguous shorthands; it does not
-reject bad values. Validation happens in ``checks.py`` so a project sees every problem at once,
-as Django system-check errors with hints, instead of the first ImportError.
+``@job`` (in ``registry.py``) builds these; ``checks.py`` validates them, so a project sees every
+problem at once as Django system-check errors with hints instead of the first ImportError.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from kumiko_jobs.context import JobContext
@@ -23,16 +22,33 @@ GRANTS = ("unscoped", "global_writes", "system_identity")
 DEFAULT_BACKOFF_MS = 1000
 # cron(..., tz=TENANT_ZONE): each tenant's run fires at that tenant's local time.
 TENANT_ZONE = "tenant"
+# A per-tenant job dispatched without a tenant runs as a wrapper of this name, which fans out
+# one child run per active tenant (fanout.py).
+PER_TENANT_PREFIX = "_per_tenant:"
+
+
+def wrapper_name(job_name: str) -> str:
+    """The run name of a per-tenant job's fan-out wrapper."""
+    return PER_TENANT_PREFIX + job_name
+
+
+def wrapped_job(run_name: str) -> str | None:
+    """The job a fan-out wrapper run fans out, or None if ``run_name`` is not a wrapper."""
+    return run_name[len(PER_TENANT_PREFIX) :] if run_name.startswith(PER_TENANT_PREFIX) else None
 
 
 @dataclass(frozen=True)
 class CronTrigger:
+    """``cron(expr, tz)``: fire on a schedule (5 fields, or 6 with leading seconds) in ``tz``."""
+
     expr: str
     tz: str = "UTC"
 
 
 @dataclass(frozen=True)
 class EventTrigger:
+    """``on_event(names, where)``: fire when ``emit()`` names one of ``events`` and ``where`` matches."""
+
     events: tuple[str, ...]
     where: Mapping[str, Any] | None = None
 
@@ -46,7 +62,7 @@ class EventTrigger:
 
 @dataclass(frozen=True)
 class ManualTrigger:
-    pass
+    """``manual()``: run only when dispatched."""
 
 
 Trigger = CronTrigger | EventTrigger | ManualTrigger
@@ -71,6 +87,14 @@ def manual() -> ManualTrigger:
 
 @dataclass(frozen=True)
 class MaxPerTenant:
+    """At most ``limit`` runs of the job per tenant at once.
+
+    ``on_limit="skip"``: a dispatch over the limit (queued + running) returns ``skipped``.
+    ``on_limit="defer"``: every dispatch is queued, but runs over the limit wait in the queue
+    until a slot frees (``defer_ms`` is the base delay of the rare fallback for runs queued
+    under an older, higher cap).
+    """
+
     limit: int
     on_limit: Literal["skip", "defer"] = "skip"
     defer_ms: int = 1000
@@ -78,6 +102,8 @@ class MaxPerTenant:
 
 @dataclass(frozen=True)
 class Backoff:
+    """Delay between attempts: ``fixed`` (always ``delay_ms``) or ``exponential`` (1x, 2x, 4x...)."""
+
     kind: Literal["fixed", "exponential"] = "exponential"
     delay_ms: int = DEFAULT_BACKOFF_MS
 
@@ -89,17 +115,24 @@ class Backoff:
 
 @dataclass(frozen=True)
 class TenantVisibleRun:
+    """The tenant may see these runs (status, subject, times), never payloads or errors."""
+
     subject_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class TenantVisibleFailure:
+    """A final failure leaves the tenant a record with ``message_key`` per (job, subject)."""
+
     message_key: str
     subject_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class EscapeHatch:
+    """Declares why a job may leave its tenant's scope and which ``grants`` it needs; every use
+    is audited (``EscapeHatchAudit``)."""
+
     reason: str
     grants: tuple[str, ...] = GRANTS
 
@@ -134,6 +167,7 @@ class JobDefinition:
 
     @property
     def max_attempts(self) -> int:
+        """Attempts a run gets: the first one plus ``retries``."""
         return self.retries + 1
 
     def retry_delay(self, failed_attempt: int) -> float:
@@ -141,81 +175,7 @@ class JobDefinition:
         return self.backoff.delay_for(failed_attempt) if self.backoff else 0.0
 
     def grants(self, grant: str) -> bool:
+        """Whether the declaration unlocks escape hatch ``grant``."""
         if self.system_scope:
             return True
         return self.escape_hatch is not None and grant in self.escape_hatch.grants
-
-
-def _normalise_backoff(value: Any) -> Any:
-    if isinstance(value, str) and value in ("fixed", "exponential"):
-        return Backoff(value)  # type: ignore[arg-type]
-    return value
-
-
-def _normalise_max_per_tenant(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return MaxPerTenant(limit=value)
-    return value
-
-
-def _normalise_triggers(value: Any) -> tuple[Any, ...]:
-    if isinstance(value, list | tuple):
-        return tuple(value)
-    return (value,)
-
-
-@overload
-def job(name: Handler, /) -> Handler: ...
-@overload
-def job(name: str | None = None, /, **options: Any) -> Callable[[Handler], Handler]: ...
-
-
-def job(name: str | Handler | None = None, /, **options: Any) -> Any:
-    """Declare a job: ``@job`` or ``@job("billing.export", trigger=cron("0 7 * * *"), retries=3)``.
-
-    Options are those of ``JobDefinition``; ``trigger`` takes one trigger or a list. The name
-    defaults to ``"<app_label>.<function name>"``. Registration happens at import time; the
-    system checks (``manage.py check``) report invalid options.
-    """
-    if callable(name):
-        return job()(name)
-    job_name: str | None = options.pop("name", name)
-
-    def decorate(func: Handler) -> Handler:
-        from kumiko_jobs.registry import registry
-
-        registry.register(build_definition(func, job_name, options))
-        return func
-
-    return decorate
-
-
-def build_definition(func: Handler, name: str | None, options: Mapping[str, Any]) -> JobDefinition:
-    opts = dict(options)
-    declared = dict(opts)
-    triggers = _normalise_triggers(opts.pop("trigger", ManualTrigger()))
-    known = {
-        f for f in JobDefinition.__dataclass_fields__ if f not in ("name", "func", "triggers", "declared")
-    }
-    unknown = set(opts) - known
-    if unknown:
-        # A typo in an option would otherwise silently disable it.
-        raise TypeError(f"@job got unknown option(s) {sorted(unknown)}; valid options: {sorted(known)}")
-    if "backoff" in opts:
-        opts["backoff"] = _normalise_backoff(opts["backoff"])
-    if "max_per_tenant" in opts:
-        opts["max_per_tenant"] = _normalise_max_per_tenant(opts["max_per_tenant"])
-    if isinstance(opts.get("escape_hatch"), EscapeHatch):
-        opts["escape_hatch"] = EscapeHatch(opts["escape_hatch"].reason, tuple(opts["escape_hatch"].grants))
-    return JobDefinition(
-        name=name or default_job_name(func), func=func, triggers=triggers, declared=declared, **opts
-    )
-
-
-def default_job_name(func: Handler) -> str:
-    from django.apps import apps
-
-    module = getattr(func, "__module__", "") or ""
-    app = apps.get_containing_app_config(module) if apps.apps_ready else None
-    label = app.label if app is not None else module.rsplit(".", 1)[0]
-    return f"{label}.{getattr(func, '__name__', 'job')}"

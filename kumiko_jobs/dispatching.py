@@ -8,45 +8,43 @@ and the push happens on commit; a rollback leaves neither.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-import redis
 from django.db import router, transaction
 from django.utils import timezone
 
 from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
-from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.definitions import EventTrigger, JobDefinition
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
 from kumiko_jobs.events import check_emitted
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import gates_for
-from kumiko_jobs.jobdata import JobMeta, job_fields, validate_payload
-from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.jobdata import JobMeta, job_fields
+from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
-from kumiko_jobs.pushing import (
-    PreparedJob,
-    Pushed,
-    decode,
-    push,
-    register_queues,
-    send_enqueue,
-    unavailable,
-)
+from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
-
-logger = logging.getLogger("kumiko_jobs")
-PER_TENANT_PREFIX = "_per_tenant:"
+from kumiko_jobs.validation import (
+    MAX_CORRELATION_ID,
+    MAX_TRIGGER_NAME,
+    MAX_USER_ID,
+    check_text_option,
+    delay_seconds,
+    validate_payload,
+)
 
 
 @dataclass(frozen=True)
 class DispatchResult:
+    """What ``dispatch()`` did: ``status`` ``"queued"`` (with the ids) or ``"skipped"`` (with
+    ``reason``, e.g. ``"max_per_tenant"``); a debounced dispatch reports the pending run's ids."""
+
     job_name: str
     status: Literal["queued", "skipped"]
     job_id: str | None = None
@@ -67,7 +65,8 @@ def dispatch(
     """Queue job ``name`` for ``tenant`` (a model instance or id), triggered by ``user``.
 
     Returns at once with the ids; inside ``transaction.atomic()`` the job reaches Redis on
-    commit. Raises UnknownJob, InvalidPayload, InvalidTenant or QueueUnavailable.
+    commit. Raises UnknownJob, InvalidPayload, InvalidTenant, InvalidDispatch or
+    QueueUnavailable, before anything is written.
     """
     definition = registry.get(name)
     body = validate_payload(payload)
@@ -75,10 +74,10 @@ def dispatch(
         definition,
         body,
         tenant_id=normalise_tenant(tenant),
-        user_id=user_id_of(user),
-        correlation_id=correlation_id,
-        trigger_name=trigger_name,
-        delay=delay,
+        user_id=_user_id(user),
+        correlation_id=_correlation_id(correlation_id),
+        trigger_name=check_text_option("trigger_name", trigger_name, MAX_TRIGGER_NAME),
+        delay=delay_seconds(delay),
     )
     return submit([prepared])[0]
 
@@ -98,10 +97,12 @@ def emit(
     """
     if not isinstance(event, str) or not event:
         raise UnknownEvent(f"emit() needs a non-empty event name, got {event!r}.")
+    check_text_option("event", event, MAX_TRIGGER_NAME)
     body = validate_payload(payload)
     listeners = registry.for_event(event)
     check_emitted(event, listeners=len(listeners))
-    tenant_id, user_id = normalise_tenant(tenant), user_id_of(user)
+    tenant_id, user_id = normalise_tenant(tenant), _user_id(user)
+    correlation_id = _correlation_id(correlation_id)
     prepared = [
         prepare(
             d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event
@@ -120,19 +121,22 @@ def prepare(
     user_id: str | None,
     correlation_id: str | None = None,
     trigger_name: str = "",
-    delay: timedelta | float | None = None,
+    delay: float = 0.0,
     job_id: str | None = None,
     unique: bool = False,
     run_id: uuid.UUID | None = None,
+    retry_of: uuid.UUID | None = None,
+    fanout_of: str = "",
     scheduled_at: float | None = None,
     zone: str = "",
 ) -> PreparedJob:
+    """Build a run's job hash fields and its row, from arguments already validated."""
     config = get_config()
     keys = get_keys()
     run_id = run_id or uuid.uuid4()
     now = timezone.now()
     wrapper = definition.per_tenant and tenant_id is None
-    job_name = PER_TENANT_PREFIX + definition.name if wrapper else definition.name
+    job_name = wrapper_name(definition.name) if wrapper else definition.name
     gates = gates_for(definition, tenant_id, keys, wrapper=wrapper)
     meta = JobMeta(
         run_id=str(run_id),
@@ -147,11 +151,11 @@ def prepare(
         trace=current_trace_carrier(),
         flow=gates.flow,
         limit_keys=gates.limit_keys,
+        fanout_of=fanout_of if wrapper else "",
         scheduled_at=scheduled_at,
         zone=zone,
     )
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay or 0)
-    seconds = max(seconds, gates.debounce_seconds)
+    seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
     jid = job_id or f"{keys.id_tag}-{run_id.hex}"
     fields = job_fields(
@@ -163,12 +167,26 @@ def prepare(
         result_ttl=int(config["RESULT_TTL"]),
         failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
+        max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
-    row = records.new_run_row(meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at)
+    row = records.new_run_row(
+        meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at, retry_of=retry_of
+    )
     return PreparedJob(
         job_id=jid, lane=definition.lane, fields=fields, row=row, gates=gates, run_at=run_at, unique=unique
     )
+
+
+def _user_id(user: Any) -> str | None:
+    user_id = user_id_of(user)
+    return None if user_id is None else check_text_option("user id", user_id, MAX_USER_ID)
+
+
+def _correlation_id(correlation_id: str | None) -> str | None:
+    if correlation_id is None:
+        return None
+    return check_text_option("correlation_id", correlation_id, MAX_CORRELATION_ID)
 
 
 def submit(prepared: Sequence[PreparedJob]) -> list[DispatchResult]:
@@ -182,28 +200,27 @@ def submit(prepared: Sequence[PreparedJob]) -> list[DispatchResult]:
         return [DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id)) for p in prepared]
     if len(prepared) == 1 and prepared[0].always_queued:
         return [_push_and_record_overlapped(prepared[0])]
-    outcomes = push(prepared)
-    records.safe(record_pushes, prepared, outcomes, rows_exist=False)
-    return [_result(p, o) for p, o in zip(prepared, outcomes, strict=True)]
+    pushed = push(prepared)
+    records.safe(record_pushes, prepared, pushed, rows_exist=False)
+    return [_result(p, o) for p, o in zip(prepared, pushed, strict=True)]
 
 
 def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
-    """A job no gate can refuse: send the push, write the row while Redis works, then read
-    Redis' answer -- one round trip's wait instead of two. If Redis fails after the row was
-    written, the row is deleted again, so a QueueUnavailable still leaves nothing behind."""
-    client = get_redis()
+    """A job no gate can refuse: its row is written while Redis runs the push. If Redis fails
+    after the row was written, the row is deleted again, so a QueueUnavailable still leaves
+    nothing behind."""
+    recorded = False
+
+    def record() -> None:
+        nonlocal recorded
+        recorded = records.safe(records.insert_queued, [p.row])
+
     try:
-        register_queues(client, {p.lane})
-        answer = send_enqueue(client, p)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise unavailable(exc) from exc
-    recorded = records.safe(records.insert_queued, [p.row])
-    try:
-        pushed = decode(p, answer())
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        pushed = push_overlapped(p, record)
+    except QueueUnavailable:
         if recorded:
-            JobRun.objects.filter(pk=p.row.id, status=RunStatus.QUEUED).delete()
-        raise unavailable(exc) from exc
+            records.safe(records.delete_unpushed, p.row.id)
+        raise
     if pushed.dropped:
         records.safe(
             records.mark_dropped, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}"
@@ -215,7 +232,7 @@ def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
     if pushed.status == "skipped":
         return DispatchResult(p.row.job_name, "skipped", reason=pushed.reason)
     if pushed.status == "debounced" and pushed.pending_job_id:
-        run_id = JobRun.objects.filter(job_id=pushed.pending_job_id).values_list("pk", flat=True).first()
+        run_id = records.run_id_of(pushed.pending_job_id)
         return DispatchResult(
             p.row.job_name,
             "queued",
@@ -236,27 +253,19 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
         if o.dropped:
             records.mark_dropped(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
         if o.status == "debounced" and o.pending_job_id:
-            JobRun.objects.filter(job_id=o.pending_job_id).update(
-                payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, updated_at=now
+            records.merge_debounced(
+                o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
             )
         if rows_exist and o.status != "queued":
             # Recorded inside the caller's transaction, but a gate said no at commit time.
-            JobRun.objects.filter(pk=p.row.id).update(
-                status=RunStatus.DROPPED,
-                finished_at=now,
-                updated_at=now,
-                error=f"Not enqueued at commit: {o.reason or o.status}",
-            )
+            records.mark_not_enqueued(p.row.id, now=now, reason=o.reason or o.status)
 
 
 def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
     try:
-        outcomes = push(prepared)
+        pushed = push(prepared)
     except QueueUnavailable as exc:
         # The rows were committed with the caller's transaction; make the loss visible.
-        now = timezone.now()
-        JobRun.objects.filter(pk__in=[p.row.id for p in prepared]).update(
-            status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {exc}"
-        )
+        records.mark_never_pushed([p.row.id for p in prepared], now=timezone.now(), error=str(exc))
         raise
-    records.safe(record_pushes, prepared, outcomes, rows_exist=True)
+    records.safe(record_pushes, prepared, pushed, rows_exist=True)

@@ -2,7 +2,7 @@
 
 ``emit()`` of an event no job listens to is legal (a listener may come with a later deploy) but
 is logged as a warning once per name and process. With ``KUMIKO_JOBS["EVENTS"]`` the set of
-names is closed: a trigger on an undeclared event is a system-check error (kumiko_jobs.E208)
+names is closed: a trigger on an undeclared event is a system-check error (kumiko_jobs.E207)
 and ``emit()`` of one raises UnknownEvent with the close matches.
 """
 
@@ -12,6 +12,7 @@ import difflib
 import logging
 from collections.abc import Iterable
 from functools import cache
+from typing import Any
 
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import UnknownEvent
@@ -21,11 +22,16 @@ _warned: set[str] = set()
 
 
 def declared_events() -> frozenset[str] | None:
-    """The names in ``KUMIKO_JOBS["EVENTS"]``, or None when any name is allowed."""
+    """The names in ``KUMIKO_JOBS["EVENTS"]``, or None when any name is allowed (unset, or not
+    a list of names: the system check kumiko_jobs.E206 reports that)."""
     names = get_config().get("EVENTS")
-    if names is None:
+    if names is None or not is_name_list(names):
         return None
     return _as_set(tuple(names))
+
+
+def is_name_list(value: Any) -> bool:
+    return isinstance(value, list | tuple | set | frozenset) and all(isinstance(e, str) and e for e in value)
 
 
 @cache

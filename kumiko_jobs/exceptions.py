@@ -41,12 +41,21 @@ class InvalidPayload(KumikoJobsError, ValueError):
         )
 
 
+class InvalidDispatch(KumikoJobsError, ValueError):
+    """An argument of dispatch() other than the payload or tenant is invalid (too long, not
+    printable, a delay that is not finite or over a year)."""
+
+
 class InvalidTenant(KumikoJobsError, ValueError):
     """The tenant passed to dispatch() does not exist or has the wrong type."""
 
 
 class QueueUnavailable(KumikoJobsError, ConnectionError):
     """Redis did not answer in time; nothing was enqueued or recorded."""
+
+
+class NotRetryable(KumikoJobsError, ValueError):
+    """Only failed runs can be retried by hand."""
 
 
 class UnrecoverableError(KumikoJobsError):

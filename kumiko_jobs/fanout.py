@@ -15,20 +15,14 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from django.utils.module_loading import import_string
-
-from kumiko_jobs import records
-from kumiko_jobs.conf import get_config
-from kumiko_jobs.connection import get_keys
+from kumiko_jobs import outcomes, records
+from kumiko_jobs.conf import import_setting
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.dispatching import PER_TENANT_PREFIX, prepare
-from kumiko_jobs.execution import failed_attempt
+from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.jobdata import JobMeta
-from kumiko_jobs.models import JobRun
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
-from kumiko_jobs.scheduling.specs import tick_job_id
 from kumiko_jobs.scheduling.zones import tenants_in_zone
 
 BATCH = 1000
@@ -45,13 +39,12 @@ def child_job_id(wrapper_job_id: str, tenant_id: str) -> str:
 
 
 def active_tenant_ids() -> Iterable[Any]:
-    path = get_config().get("ACTIVE_TENANTS")
-    if not path:
+    source = import_setting("ACTIVE_TENANTS")
+    if source is None:
         raise RuntimeError(
             "per_tenant jobs need KUMIKO_JOBS['ACTIVE_TENANTS']: the dotted path of a function "
             "returning the active tenant ids."
         )
-    source = import_string(path) if isinstance(path, str) else path
     return source()  # type: ignore[no-any-return]
 
 
@@ -61,43 +54,31 @@ def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def run_fan_out(
-    job_id: str, meta: JobMeta, payload: dict[str, Any], *, worker: str, consumer_lane: str
-) -> Outcome:
-    target_name = meta.job_name.removeprefix(PER_TENANT_PREFIX)
+def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], target: str, *, worker: str) -> Outcome:
+    """Enqueue one run of job ``target`` per active tenant for the wrapper run ``job_id``."""
+    definition = registry.find(target)
+    if definition is None:
+        # A newer deploy's job reaching an older worker gets the same grace as any unknown job.
+        return outcomes.unknown_job(job_id, meta, target)
     now = datetime.now(UTC)
     records.safe(records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=worker, now=now)
-    definition = registry.find(target_name)
     try:
-        if definition is None:
-            registry.get(target_name)  # raises UnknownJob with close matches
-            raise AssertionError("unreachable")
         total = 0
-        base_id, tenants = _children_of(job_id, meta, definition)
+        # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.
+        tenants = tenants_in_zone(meta.zone) if meta.zone else active_tenant_ids()
         for batch in _batches(tenants, BATCH):
-            total += _enqueue_batch(definition, base_id, meta, payload, [str(t) for t in batch])
+            total += _enqueue_batch(definition, job_id, meta, payload, [str(t) for t in batch])
     except Exception as exc:
-        return failed_attempt(definition, job_id, meta, exc, [])
-    done = datetime.now(UTC)
+        return outcomes.failed_attempt(definition, job_id, meta, exc, [])
     line = {
-        "t": done.isoformat(),
+        "t": datetime.now(UTC).isoformat(),
         "level": "info",
         "msg": f"fanned out to {total} tenants",
         "attempt": meta.attempt,
     }
-    JobRun.objects.filter(pk=meta.run_id).update(fanout_count=total)
-    records.safe(records.mark_succeeded, meta=meta, now=done, logs=[line])
-    return Outcome("ok", ttl=int(get_config()["RESULT_TTL"]), counted_as="succeeded")
-
-
-def _children_of(job_id: str, meta: JobMeta, definition: JobDefinition) -> tuple[str, Iterable[Any]]:
-    """The id the children's ids derive from, and the tenants to fan out to. A tz="tenant" cron
-    wrapper names its zone and reaches that zone's tenants only; its children's ids derive from
-    the tick, not the zone, so a tenant listed in two zones' wrappers of one tick runs once."""
-    if meta.zone and meta.scheduled_at is not None:
-        base = tick_job_id(get_keys(), definition.name, meta.scheduled_at)
-        return base, tenants_in_zone(meta.zone)
-    return job_id, active_tenant_ids()
+    records.safe(records.set_fanout_count, meta.run_id, total)
+    # The wrapper's own gates are a tenant flow: nothing of the target's to release.
+    return outcomes.succeeded(None, job_id, meta, [line], None)
 
 
 def spread_delay(definition: JobDefinition, tenant_id: str) -> float:
@@ -112,8 +93,12 @@ def spread_delay(definition: JobDefinition, tenant_id: str) -> float:
 def _enqueue_batch(
     definition: JobDefinition, wrapper_id: str, meta: JobMeta, payload: dict[str, Any], tenants: list[str]
 ) -> int:
-    ids = {tenant: child_job_id(wrapper_id, tenant) for tenant in tenants}
-    existing = set(JobRun.objects.filter(job_id__in=list(ids.values())).values_list("job_id", flat=True))
+    # A retried wrapper derives its children's ids from the original's: tenants the original
+    # reached are found in the run table and skipped. The zone wrappers of a tz="tenant" tick
+    # derive them from the tick's id, so a tenant listed under two zones of one tick runs once.
+    base = meta.fanout_of or wrapper_id
+    ids = {tenant: child_job_id(base, tenant) for tenant in tenants}
+    existing = records.recorded_job_ids(ids.values())
     prepared: list[PreparedJob] = [
         prepare(
             definition,
@@ -136,10 +121,10 @@ def _enqueue_batch(
         # The batch script knows skip limits but not replace/debounce or delays: those children go
         # one by one.
         simple = not (prepared[0].gates.replace or prepared[0].gates.debounce_key or definition.spread)
-        outcomes = push_batch(prepared) if simple else push(prepared)
+        pushed = push_batch(prepared) if simple else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
         records.insert_queued(
-            [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status in ("queued", "duplicate")]
+            [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
         )
     return len(tenants)

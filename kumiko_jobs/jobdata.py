@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from kumiko_jobs.exceptions import InvalidPayload, MalformedJob
 ENTRY_POINT = "kumiko_jobs.execution.perform_rq_job"
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobMeta:
     """What a run carries besides its payload. Short keys: this is written for every job."""
 
@@ -43,6 +44,8 @@ class JobMeta:
     limit_keys: str = ""
     # Times the run was put back because its (job, tenant) was over a cap lowered since enqueue.
     cap_defers: int = 0
+    # Fan-out wrappers: the job id children ids derive from ('' = the wrapper's own).
+    fanout_of: str = ""
     # Cron ticks: the tick's UTC time (epoch s); a tz="tenant" wrapper also names its zone.
     scheduled_at: float | None = None
     zone: str = ""
@@ -66,6 +69,8 @@ class JobMeta:
             raw["lk"] = self.limit_keys
         if self.cap_defers:
             raw["cd"] = self.cap_defers
+        if self.fanout_of:
+            raw["fo"] = self.fanout_of
         if self.unknown_since is not None:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
@@ -78,36 +83,61 @@ class JobMeta:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> JobMeta:
+        """Decode and check a job's meta; MalformedJob for anything a run record cannot hold
+        (a poison job is failed once, clearly, instead of breaking every worker that meets it)."""
         try:
             d = json.loads(raw)
-            return cls(
-                run_id=str(d["run"]),
-                job_name=str(d["job"]),
-                lane=str(d["lane"]),
-                tenant_id=d.get("tenant"),
-                triggered_by=d.get("user"),
-                trigger_name=d.get("trigger") or "",
-                correlation_id=d.get("corr") or "",
+            meta = cls(
+                run_id=str(uuid.UUID(str(d["run"]))),
+                job_name=_text(d["job"], 200),
+                lane=_text(d["lane"], 16),
+                tenant_id=_optional_text(d.get("tenant"), 64),
+                triggered_by=_optional_text(d.get("user"), 64),
+                trigger_name=_text(d.get("trigger") or "", 200),
+                correlation_id=_text(d.get("corr") or "", 64),
                 attempt=int(d.get("attempt", 1)),
                 max_attempts=int(d.get("max", 1)),
                 defers=int(d.get("defers", 0)),
                 abandons=int(d.get("abandons", 0)),
-                unknown_since=d.get("unknown_since"),
-                trace=dict(d.get("trace") or {}),
-                flow=str(d.get("flow", "t|")),
-                limit_keys=str(d.get("lk", "")),
+                unknown_since=None if d.get("unknown_since") is None else float(d["unknown_since"]),
+                trace={str(k): str(v) for k, v in (d.get("trace") or {}).items()},
+                flow=_text(d.get("flow", "t|"), 300),
+                limit_keys=_text(d.get("lk", ""), 2000),
                 cap_defers=int(d.get("cd", 0)),
-                scheduled_at=float(d["at"]) if d.get("at") is not None else None,
-                zone=str(d.get("zone") or ""),
+                fanout_of=_text(d.get("fo", ""), 100),
+                scheduled_at=None if d.get("at") is None else float(d["at"]),
+                zone=_text(d.get("zone", ""), 100),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+            if (
+                meta.attempt < 1
+                or meta.max_attempts < 1
+                or min(meta.defers, meta.abandons, meta.cap_defers) < 0
+            ):
+                raise ValueError("attempt counters out of range")
+            return meta
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MalformedJob(f"job meta is not kumiko metadata ({exc.__class__.__name__}: {exc})") from exc
 
 
-def encode_data(job_name: str, payload: Mapping[str, Any]) -> bytes:
-    return zlib.compress(
-        json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode()
-    )
+def _text(value: object, max_length: int) -> str:
+    if not isinstance(value, str) or len(value) > max_length:
+        raise ValueError(f"{value!r:.40} is not a string of at most {max_length} characters")
+    return value
+
+
+def _optional_text(value: object, max_length: int) -> str | None:
+    return None if value is None else _text(value, max_length)
+
+
+def encode_data(job_name: str, payload: Mapping[str, Any], max_bytes: int | None = None) -> bytes:
+    raw = json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode()
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise InvalidPayload(
+            "$",
+            f"it encodes to {len(raw):,} bytes, over KUMIKO_JOBS['MAX_PAYLOAD_BYTES'] = {max_bytes:,}; "
+            "store large data elsewhere and pass its id",
+        )
+    return zlib.compress(raw)
 
 
 def decode_payload(data: bytes) -> dict[str, Any]:
@@ -135,6 +165,7 @@ def job_fields(
     result_ttl: int,
     failure_ttl: int,
     status: str,
+    max_payload_bytes: int | None = None,
 ) -> list[Any]:
     """Field/value pairs of a new job hash, in RQ's format."""
     stamp = utcformat(now)
@@ -143,7 +174,7 @@ def job_fields(
     pairs: list[Any] = [
         "created_at", stamp,
         "enqueued_at", stamp,
-        "data", encode_data(meta.job_name, payload),
+        "data", encode_data(meta.job_name, payload, max_payload_bytes),
         "origin", queue_name,
         "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
         "status", status,
@@ -157,33 +188,3 @@ def job_fields(
     if meta.limit_keys:
         pairs += ["kumiko_lk", meta.limit_keys]
     return pairs
-
-
-def validate_payload(payload: Any) -> dict[str, Any]:
-    """Check that ``payload`` is a JSON object; raise InvalidPayload naming the bad key path."""
-    if payload is None:
-        return {}
-    if not isinstance(payload, dict):
-        raise InvalidPayload("$", f"expected a dict, got {type(payload).__name__}")
-    _check_value(payload, "$")
-    return payload
-
-
-def _check_value(value: Any, path: str) -> None:
-    if value is None or isinstance(value, str | bool | int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidPayload(path, f"{value!r} is not representable in JSON")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidPayload(f"{path}.{key!r}", f"keys must be str, got {type(key).__name__}")
-            _check_value(item, f"{path}.{key}")
-        return
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_value(item, f"{path}[{index}]")
-        return
-    raise InvalidPayload(path, f"{type(value).__name__} is not JSON-serialisable")

@@ -3,7 +3,8 @@
 RQ's own structures (job hashes, queue lists, registries) keep RQ's layout so django-rq's
 dashboard and RQ tooling keep working; their names carry the prefix through the queue name
 (``rq:queue:<prefix>:<lane>``) or the job id (``<tag>-<hex>``). Our own keys live under
-``<prefix>:``.
+``<prefix>:``. The Lua scripts build a lane's keys from its prefix with the helpers of
+``LUA_KEY_HELPERS``, generated from the suffixes below, so the names exist only here.
 """
 
 from __future__ import annotations
@@ -13,8 +14,33 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-LANES = ("api", "worker")
+from kumiko_jobs.definitions import LANES
+
+__all__ = ["LANES", "LUA_KEY_HELPERS", "Keys"]
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+# RQ's global set of queue keys (django-rq's dashboard lists queues from it).
+RQ_QUEUES = "rq:queues"
+RQ_JOB_PREFIX = "rq:job:"
+
+# Suffixes of a lane's fair-queue keys, after the lane prefix "<prefix>:<lane>:".
+FLOW_SUFFIX = "q:"  # + flow name: the FIFO list of one flow's queued job ids
+STATE_SUFFIX = "st"  # hash flow -> state of flows that hold work (see flows.py)
+RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
+RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
+WAKE_SUFFIX = "wake"  # token list idle workers block on
+
+LUA_KEY_HELPERS = f"""
+local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
+-- RQ's structures of a queue (keys.Keys.queue/scheduled/failed/finished/started).
+local function rq_key(kind, queue) return 'rq:' .. kind .. ':' .. queue end
+local function flow_key(P, flow) return P .. '{FLOW_SUFFIX}' .. flow end
+local function state_key(P) return P .. '{STATE_SUFFIX}' end
+local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
+local function ring_key(P) return P .. '{RING_SUFFIX}' end
+local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
+"""
 
 
 @dataclass(frozen=True)
@@ -32,6 +58,10 @@ class Keys:
 
     def queue_name(self, lane: str) -> str:
         return f"{self.prefix}:{lane}"
+
+    def lane_of_queue(self, queue_name: str) -> str | None:
+        """The lane whose RQ queue name this is under this prefix, or None."""
+        return next((lane for lane in LANES if self.queue_name(lane) == queue_name), None)
 
     # RQ structures of a lane -------------------------------------------------------------
     def queue(self, lane: str) -> str:
@@ -51,26 +81,33 @@ class Keys:
 
     @staticmethod
     def job(job_id: str) -> str:
-        return f"rq:job:{job_id}"
+        return f"{RQ_JOB_PREFIX}{job_id}"
 
     @staticmethod
     def worker(name: str) -> str:
         return f"rq:worker:{name}"
 
-    # Our own keys ------------------------------------------------------------------------
+    # A lane's fair queue ------------------------------------------------------------------
     def lane(self, lane: str) -> str:
-        """Prefix of a lane's fair-queue keys: flows (q:<flow>), ring, st, run, wake."""
+        """Prefix of a lane's fair-queue keys (flows, state, running counts, ring, wake)."""
         return f"{self.prefix}:{lane}:"
 
     def flow(self, lane: str, flow: str) -> str:
-        return f"{self.prefix}:{lane}:q:{flow}"
+        return f"{self.lane(lane)}{FLOW_SUFFIX}{flow}"
+
+    def flow_states(self, lane: str) -> str:
+        return f"{self.lane(lane)}{STATE_SUFFIX}"
+
+    def running(self, lane: str) -> str:
+        return f"{self.lane(lane)}{RUNNING_SUFFIX}"
 
     def ring(self, lane: str) -> str:
-        return f"{self.prefix}:{lane}:ring"
+        return f"{self.lane(lane)}{RING_SUFFIX}"
 
     def wake(self, lane: str) -> str:
-        return f"{self.prefix}:{lane}:wake"
+        return f"{self.lane(lane)}{WAKE_SUFFIX}"
 
+    # Our own keys ------------------------------------------------------------------------
     @property
     def active(self) -> str:
         """Hash of queued+running counts per limit key (skip limits), across both lanes."""
@@ -86,9 +123,16 @@ class Keys:
     def reaper_lock(self, lane: str) -> str:
         return f"{self.prefix}:{lane}:reaper"
 
-    def flow_states(self, lane: str) -> str:
-        """Hash flow -> state of the lane's flows that hold work ("r" in the ring, "p" parked)."""
-        return f"{self.prefix}:{lane}:st"
+    def repair_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:repair-lock"
+
+    def repair_mark(self, lane: str) -> str:
+        """Where the stale-run repair resumes: ``<updated_at iso>|<run pk>``."""
+        return f"{self.prefix}:{lane}:repair-mark"
+
+    def audit_window(self, job_name: str, tenant_id: str, kind: str, window_start: int) -> str:
+        """Set by the process that inserts an escape-hatch audit row for this window."""
+        return f"{self.prefix}:audit:{job_name}:{tenant_id}:{kind}:{window_start}"
 
     # Schedules (kumiko_jobs/scheduling) ------------------------------------------------------
     def scheduler_lease(self, lane: str) -> str:

@@ -51,10 +51,17 @@ class JobRun(models.Model):
     defer_count = models.PositiveIntegerField(default=0)
     # Per-tenant fan-out wrappers: how many tenant runs this run enqueued.
     fanout_count = models.PositiveIntegerField(null=True, blank=True)
+    # A retry of a failed run is a new run that points at the one it retries.
+    retry_of = models.UUIDField(null=True, blank=True, db_index=True)
+    # A wrapper's children get job ids derived from this job id (a retried wrapper's from the
+    # original's), so a retry enqueues only the tenants the original did not reach.
+    fanout_of = models.CharField(max_length=100, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ("-queued_at",)
+        # Operators' access to django-rq's dashboard (every tenant's jobs): kumiko_jobs.dashboard.
+        permissions = (("use_rq_dashboard", "Can use the django-rq dashboard (jobs of every tenant)"),)
         # Every index costs each dispatch an insert into it: these serve the admin's filters
         # (lane is two values, so lane filters ride on the queued_at index).
         indexes = (

@@ -1,32 +1,224 @@
-"""What a worker claimed and what it tells Redis about the attempt (see scripts.STEP)."""
+"""How an attempt ended: the outcome policy (retry, fail, defer, requeue) and what Redis is told.
+
+Every policy function writes the run record first and then returns the ``Outcome`` the worker
+applies in Redis (lane.finish_and_claim), so what Redis is told never gets ahead of the record
+(records.py explains why that order makes crashes repairable).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import dataclasses
+import logging
+import time
+import traceback as tb
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from kumiko_jobs import records, run_events
+from kumiko_jobs.conf import get_config
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.definitions import JobDefinition
+from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
+from kumiko_jobs.flows import cap_of
+from kumiko_jobs.gates import gates_for
+from kumiko_jobs.jobdata import JobMeta
+
+logger = logging.getLogger("kumiko_jobs")
 
 OutcomeKind = Literal["ok", "failed", "retry", "requeue"]
+LogLine = dict[str, Any]
 
 
-@dataclass
-class Outcome:
-    """What the worker tells Redis about a finished attempt (see scripts.STEP)."""
+@dataclass(frozen=True)
+class Release:
+    """What a finished attempt gives back in Redis: its flow's cap slot and its skip limits."""
 
-    kind: OutcomeKind
-    meta: str = ""
-    retry_at: float = 0.0
-    exc_info: bytes = b""
-    ttl: int = 0
-    counted_as: str = field(default="", compare=False)  # succeeded|failed|retried|deferred|requeued
-    # Of the finished run: the flow whose cap slot it frees and the limits it stops counting in.
     flow: str = ""
     limit_keys: str = ""
-    # The job's flow under the current deploy, when it differs from ``flow`` (a changed cap).
+    # The job's flow under this deploy, when a deploy changed its cap since the run was queued.
     current_flow: str = ""
 
 
-@dataclass
-class ClaimedJob:
-    job_id: str
-    data: bytes
-    meta_raw: bytes
+@dataclass(frozen=True)
+class Outcome:
+    """What the worker tells Redis about a finished attempt (see scripts.FinishAndClaimArgs)."""
+
+    kind: OutcomeKind
+    counted_as: str  # succeeded | failed | retried | deferred | requeued
+    release: Release = Release()
+    meta: str = ""  # the run's next meta ('' keeps it)
+    retry_at: float = 0.0
+    exc_info: bytes = b""
+    ttl: int = 0
+
+
+def release_of(definition: JobDefinition | None, meta: JobMeta) -> Release:
+    return Release(meta.flow, meta.limit_keys, current_flow_if_changed(definition, meta))
+
+
+def current_flow_if_changed(definition: JobDefinition | None, meta: JobMeta) -> str:
+    """The job's flow under this deploy when it is a capped one that differs from the run's."""
+    if definition is None or cap_of(meta.flow) is None:
+        return ""
+    flow = gates_for(definition, meta.tenant_id, get_keys()).flow
+    return flow if flow != meta.flow else ""
+
+
+def succeeded(
+    definition: JobDefinition | None,
+    job_id: str,
+    meta: JobMeta,
+    logs: list[LogLine],
+    start: records.Started | None,
+) -> Outcome:
+    records.safe(records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start)
+    run_events.attempt_ended(meta, job_id, "succeeded", started_at=start.at if start else None, final=True)
+    return Outcome("ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]))
+
+
+def failed_attempt(
+    definition: JobDefinition | None,
+    job_id: str,
+    meta: JobMeta,
+    exc: BaseException,
+    logs: list[LogLine],
+    *,
+    extra_attempts: int = 0,
+    start: records.Started | None = None,
+) -> Outcome:
+    """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
+    now = datetime.now(UTC)
+    message = f"{exc.__class__.__name__}: {exc}"
+    trace_text = "".join(tb.format_exception(exc))
+    max_attempts = meta.max_attempts + extra_attempts
+    final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
+    logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
+    release = release_of(definition, meta)
+    started_at = start.at if start else None
+    if final:
+        records.safe(
+            records.mark_failed,
+            meta=meta,
+            now=now,
+            error=message,
+            traceback=trace_text,
+            logs=logs,
+            started=start,
+        )
+        # One line per failed attempt; never the payload (it may carry personal data).
+        run_events.attempt_ended(meta, job_id, "failed", started_at=started_at, final=True, error=message)
+        return Outcome(
+            "failed",
+            "failed",
+            release,
+            meta=meta.to_json(),
+            exc_info=zlib.compress(trace_text.encode()),
+            ttl=int(get_config()["FAILURE_TTL"]),
+        )
+    delay = definition.retry_delay(meta.attempt) if definition else 0.0
+    next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
+    records.safe(
+        records.mark_retry,
+        meta=meta,
+        now=now,
+        next_at=now + timedelta(seconds=delay),
+        error=message,
+        traceback=trace_text,
+        logs=logs,
+        next_attempt=next_meta.attempt,
+        max_attempts=max_attempts,
+        started=start,
+    )
+    run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message)
+    if delay <= 0:
+        return Outcome("requeue", "retried", release, meta=next_meta.to_json())
+    return Outcome("retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay)
+
+
+def deferred(
+    definition: JobDefinition,
+    job_id: str,
+    meta: JobMeta,
+    delay_ms: int,
+    logs: list[LogLine],
+    start: records.Started,
+) -> Outcome:
+    """The handler returned ``ctx.defer(ms)``: run again later with the same attempt."""
+    if meta.defers >= definition.max_defers:
+        error = UnrecoverableError(
+            f"Job {definition.name!r} was deferred {definition.max_defers} times (max_defers); giving up."
+        )
+        return failed_attempt(definition, job_id, meta, error, logs, start=start)
+    now = datetime.now(UTC)
+    next_at = now + timedelta(milliseconds=delay_ms)
+    records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
+    run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at)
+    next_meta = dataclasses.replace(meta, defers=meta.defers + 1)
+    return Outcome(
+        "retry",
+        "deferred",
+        release_of(definition, meta),
+        meta=next_meta.to_json(),
+        retry_at=next_at.timestamp(),
+    )
+
+
+def held_back(
+    definition: JobDefinition, job_id: str, meta: JobMeta, *, delay_ms: int, line: LogLine, cap_defers: int
+) -> Outcome:
+    """Put the run back without an attempt (over a cap lowered since it was queued)."""
+    now = datetime.now(UTC)
+    next_at = now + timedelta(milliseconds=delay_ms)
+    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    run_events.attempt_ended(meta, job_id, "requeued")
+    next_meta = dataclasses.replace(meta, cap_defers=cap_defers)
+    return Outcome(
+        "retry",
+        "requeued",
+        release_of(definition, meta),
+        meta=next_meta.to_json(),
+        retry_at=next_at.timestamp(),
+    )
+
+
+def unknown_job(job_id: str, meta: JobMeta, job_name: str) -> Outcome:
+    """A name this deploy does not know: retry for a grace period (rolling deploy), then fail."""
+    config = get_config()
+    now = datetime.now(UTC)
+    first_seen = meta.unknown_since or now.timestamp()
+    if now.timestamp() - first_seen >= float(config["UNKNOWN_JOB_GRACE"]):
+        return failed_attempt(None, job_id, meta, UnknownJob(job_name, []), [])
+    delay = float(config["UNKNOWN_JOB_RETRY_DELAY"])
+    message = (
+        f"Unknown job {job_name!r} on worker of this deploy; retrying in {delay:g}s "
+        f"(gives up {config['UNKNOWN_JOB_GRACE']}s after first seen)."
+    )
+    line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
+    next_at = now + timedelta(seconds=delay)
+    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    run_events.attempt_ended(meta, job_id, "requeued", error=message)
+    next_meta = dataclasses.replace(meta, unknown_since=first_seen)
+    return Outcome(
+        "retry",
+        "requeued",
+        release_of(None, meta),
+        meta=next_meta.to_json(),
+        retry_at=next_at.timestamp(),
+    )
+
+
+def malformed(job_id: str, run_id: str | None, exc: MalformedJob, release: Release = Release()) -> Outcome:
+    """Data that is not a kumiko job: fail it into the failed registry, never run it."""
+    message = f"Malformed job data, cannot run it: {exc}"
+    logger.error("kumiko_jobs: %s job_id=%s", message, job_id)
+    now = datetime.now(UTC)
+    records.safe(records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message)
+    return Outcome(
+        "failed",
+        "failed",
+        release,
+        exc_info=zlib.compress(message.encode()),
+        ttl=int(get_config()["FAILURE_TTL"]),
+    )

@@ -14,17 +14,19 @@ import redis
 from django.utils import timezone
 from redis.client import Pipeline
 
-from kumiko_jobs.conf import get_config, redis_url
+from kumiko_jobs import flows
+from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.gates import Gates
+from kumiko_jobs.keys import RQ_QUEUES
 from kumiko_jobs.models import JobRun
-from kumiko_jobs.scripts import scripts_for
+from kumiko_jobs.scripts import EnqueueArgs, argv, scripts_for
 
 _registered_queues: set[str] = set()
 
 
-@dataclass
+@dataclass(frozen=True)
 class PreparedJob:
     """One job ready to push: its hash fields, where it goes, its gates and its run row."""
 
@@ -58,7 +60,7 @@ def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> 
     enqueue = scripts_for(client).enqueue
     now = timezone.now().timestamp()
     try:
-        register_queues(client, {p.lane for p in prepared})
+        _register_queues(client, {p.lane for p in prepared})
         if len(prepared) == 1:
             p = prepared[0]
             raw = [enqueue(keys=_keys(p), args=_args(p, now), client=client)]
@@ -69,7 +71,7 @@ def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> 
             raw = pipe.execute()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(exc) from exc
-    return [decode(p, r) for p, r in zip(prepared, raw, strict=True)]
+    return [_decode(p, r) for p, r in zip(prepared, raw, strict=True)]
 
 
 WATCH_ATTEMPTS = 5
@@ -99,7 +101,7 @@ def push_watched(
                     if chosen is None:
                         pipe.reset()
                         return None
-                    register_queues(client, {p.lane for p in chosen})
+                    _register_queues(client, {p.lane for p in chosen})
                     pipe.multi()
                     now = timezone.now().timestamp()
                     for p in chosen:
@@ -109,7 +111,7 @@ def push_watched(
                     raw = pipe.execute()
                 except redis.WatchError:
                     continue
-                return chosen, [decode(p, r) for p, r in zip(chosen, raw, strict=False)]
+                return chosen, [_decode(p, r) for p, r in zip(chosen, raw, strict=False)]
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(exc) from exc
     raise QueueUnavailable(
@@ -118,6 +120,45 @@ def push_watched(
     )
 
 
+def push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:
+    """Send the enqueue script, run ``meanwhile`` (the row insert) while Redis works, then read
+    Redis' answer: one round trip's wait instead of two. QueueUnavailable may come after
+    ``meanwhile`` ran; the caller undoes what it did then."""
+    client = get_redis()
+    script = scripts_for(client).enqueue
+    keys, args = _keys(p), _args(p, timezone.now().timestamp())
+    pool = client.connection_pool
+    try:
+        _register_queues(client, {p.lane})
+        connection = pool.get_connection()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise unavailable(exc) from exc
+    try:
+        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+    except BaseException as exc:
+        pool.release(connection)
+        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+            raise unavailable(exc) from exc
+        raise
+    try:
+        meanwhile()
+        try:
+            raw = connection.read_response()
+        except redis.exceptions.NoScriptError:
+            # Not loaded on this server yet (nothing ran): the regular call loads and runs it.
+            raw = script(keys=keys, args=args, client=client)
+    except BaseException as exc:
+        # The reply may still be in flight: never hand this socket to anyone else.
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+            raise unavailable(exc) from exc
+        raise
+    finally:
+        pool.release(connection)
+    return _decode(p, raw)
+
+
+# Fields each fan-out child has of its own; every other field is shared by the batch.
 _OWN_FIELDS = ("meta", "description", "kumiko_flow", "kumiko_lk")
 
 
@@ -132,10 +173,16 @@ def push_batch(prepared: Sequence[PreparedJob], client: redis.Redis | None = Non
     args: list[Any] = [get_keys().lane(prepared[0].lane), len(shared), *shared]
     for p in prepared:
         own = dict(zip(p.fields[::2], p.fields[1::2], strict=True))
-        limits = "\n".join(str(limit) for _, limit, _ in p.gates.limits)
-        args += [p.job_id, own["meta"], own["description"], p.gates.flow, p.gates.limit_keys, limits]
+        args += [
+            p.job_id,
+            own["meta"],
+            own["description"],
+            p.gates.flow,
+            p.gates.limit_keys,
+            flows.join_values(p.gates.limits),
+        ]
     try:
-        register_queues(client, {prepared[0].lane})
+        _register_queues(client, {prepared[0].lane})
         codes = scripts_for(client).enqueue_many(keys=[get_keys().active], args=args, client=client)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(exc) from exc
@@ -151,43 +198,15 @@ _BATCH_STATUS: dict[bytes, Literal["queued", "duplicate", "skipped"]] = {
 }
 
 
-def decode(p: PreparedJob, raw: list[Any]) -> Pushed:
+def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
     code = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
     if code == "q":
         return Pushed("queued", dropped=tuple(x.decode() for x in raw[1:]))
     if code == "s":
-        return Pushed("skipped", reason=p.gates.limits[int(raw[1]) - 1][2])
+        return Pushed("skipped", reason=p.gates.limits[int(raw[1]) - 1].reason)
     if code == "b":
         return Pushed("debounced", reason="debounced", pending_job_id=raw[1].decode())
     return Pushed("duplicate", reason="duplicate")
-
-
-def send_enqueue(client: redis.Redis, p: PreparedJob) -> Callable[[], Any]:
-    """Send the enqueue script on a pooled connection; the returned function reads the answer."""
-    script = scripts_for(client).enqueue
-    keys, args = _keys(p), _args(p, timezone.now().timestamp())
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-    except BaseException:
-        pool.release(connection)
-        raise
-
-    def answer() -> Any:
-        try:
-            return connection.read_response()
-        except redis.exceptions.NoScriptError:
-            # Not loaded on this server yet (nothing ran): the regular call loads and runs it.
-            return script(keys=keys, args=args, client=client)
-        except BaseException:
-            # The reply may still be in flight: never hand this socket to anyone else.
-            connection.disconnect()  # type: ignore[no-untyped-call]
-            raise
-        finally:
-            pool.release(connection)
-
-    return answer
 
 
 def unavailable(exc: Exception) -> QueueUnavailable:
@@ -197,8 +216,8 @@ def unavailable(exc: Exception) -> QueueUnavailable:
     else:
         what = "nothing was enqueued or recorded"
     return QueueUnavailable(
-        f"Redis at {redis_url()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
-        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS_URL'] is right."
+        f"Redis at {redis_description()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
+        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS'] is right."
     )
 
 
@@ -209,25 +228,25 @@ def _keys(p: PreparedJob) -> list[str]:
 
 def _args(p: PreparedJob, now: float) -> list[Any]:
     g = p.gates
-    return [
-        "1" if p.unique else "0",
-        p.run_at,
-        get_keys().lane(p.lane),
-        g.flow,
-        g.limit_keys,
-        "\n".join(str(limit) for _, limit, _ in g.limits),
-        "1" if g.replace else "0",
-        g.debounce_key,
-        g.debounce_seconds,
-        now,
-        *p.fields,
-    ]
+    args = EnqueueArgs(
+        unique="1" if p.unique else "0",
+        run_at=p.run_at,
+        lane_prefix=get_keys().lane(p.lane),
+        flow=g.flow,
+        limit_keys=g.limit_keys,
+        limits=flows.join_values(g.limits),
+        replace="1" if g.replace else "0",
+        debounce_key=g.debounce_key,
+        debounce_seconds=g.debounce_seconds,
+        now=now,
+    )
+    return argv(args, *p.fields)
 
 
-def register_queues(client: redis.Redis, lanes: set[str]) -> None:
+def _register_queues(client: redis.Redis, lanes: set[str]) -> None:
     # RQ lists known queues in rq:queues; once per process is enough.
     keys = get_keys()
     missing = [keys.queue(lane) for lane in lanes if keys.queue(lane) not in _registered_queues]
     if missing:
-        client.sadd("rq:queues", *missing)
+        client.sadd(RQ_QUEUES, *missing)
         _registered_queues.update(missing)

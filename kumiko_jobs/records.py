@@ -1,11 +1,11 @@
-"""JobRun state changes. Each is one guarded UPDATE (or an insert that tolerates races).
+"""Every JobRun write. Each state change is one guarded UPDATE (or an insert that tolerates races).
 
 Workers write a state *before* telling Redis about it, so a crash in between leaves the run
 registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
 that claims it is still running.
 
 Run records are a log that Redis can rebuild (workers upsert rows, the stale-run repair in
-maintenance.py reconciles them), so the hot-path writes outside a caller's transaction are
+repair.py reconciles them), so the hot-path writes outside a caller's transaction are
 committed without waiting for the WAL flush on PostgreSQL: ``SET LOCAL synchronous_commit TO
 OFF`` is sent with the statement in one round trip, so it applies to that implicit transaction
 only. A caller's own transaction (dispatch inside ``atomic()``) keeps its durability.
@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from kumiko_jobs import db_connections
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 
@@ -50,6 +51,7 @@ def new_run_row(
     queued_at: datetime,
     status: str = RunStatus.QUEUED,
     next_attempt_at: datetime | None = None,
+    retry_of: uuid.UUID | None = None,
 ) -> JobRun:
     return JobRun(
         id=uuid.UUID(meta.run_id),
@@ -67,6 +69,8 @@ def new_run_row(
         queued_at=queued_at,
         next_attempt_at=next_attempt_at,
         updated_at=queued_at,
+        retry_of=retry_of,
+        fanout_of=meta.fanout_of,
     )
 
 
@@ -125,32 +129,24 @@ def unstarted(job_ids: Iterable[str]) -> set[str]:
 def mark_running(
     *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], worker: str, now: datetime
 ) -> None:
-    updated = update_run(
-        meta.run_id,
-        status=RunStatus.RUNNING,
-        attempt=meta.attempt,
-        max_attempts=meta.max_attempts,
-        started_at=now,
-        finished_at=None,
-        next_attempt_at=None,
-        worker=worker,
-        updated_at=now,
-    )
-    if not updated:
-        # The dispatcher's insert has not landed (or failed): the run still gets its row. An upsert,
-        # because that queued row may land between the UPDATE above and this insert.
-        row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
-        row.started_at, row.worker = now, worker
-        fields = [
-            "status",
-            "attempt",
-            "max_attempts",
-            "started_at",
-            "next_attempt_at",
-            "worker",
-            "updated_at",
-        ]
-        JobRun.objects.bulk_create([row], update_conflicts=True, unique_fields=["pk"], update_fields=fields)
+    values = {
+        "status": RunStatus.RUNNING,
+        "attempt": meta.attempt,
+        "max_attempts": meta.max_attempts,
+        "started_at": now,
+        "finished_at": None,
+        "next_attempt_at": None,
+        "worker": worker,
+        "updated_at": now,
+    }
+    if update_run(meta.run_id, **values):
+        return
+    # The dispatcher's insert has not landed (or failed): the run still gets its row. The insert
+    # ignores a conflict on any unique column (the dispatcher's row may land in between, and it
+    # conflicts on the job id as well as the key), and the UPDATE then applies either way.
+    row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
+    insert_queued([row])
+    update_run(meta.run_id, **values)
 
 
 def mark_succeeded(
@@ -348,18 +344,94 @@ def _update_sql(alias: str, names: tuple[str, ...]) -> str:
     return f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
 
 
-def safe(write: Any, *args: Any, **kwargs: Any) -> bool:
-    """Run a record write; a database outage is logged, never turned into a job failure."""
-    try:
-        write(*args, **kwargs)
-    except DatabaseError:
-        logger.exception("kumiko_jobs: run record write %s failed", getattr(write, "__name__", write))
+def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> bool:
+    """Run a record write; a failure is logged, never turned into a job failure or a dead worker.
+
+    A connection that broke under the write (a job closed it, the database restarted) is
+    replaced and the write tried once more: every write here is an idempotent UPDATE or upsert.
+    """
+    name = getattr(write, "__name__", repr(write))
+    for attempt in (1, 2):
+        try:
+            write(*args, **kwargs)
+        except (IntegrityError, DataError):
+            logger.exception("kumiko_jobs: run record write %s failed", name)
+        except DatabaseError:
+            # Anything else may be a connection that broke under us (on SQLite a closed one
+            # says ProgrammingError): a fresh connection gets one more try.
+            connection = connections[router.db_for_write(JobRun)]
+            if attempt == 1 and not connection.in_atomic_block:
+                logger.warning("kumiko_jobs: run record write %s lost its connection; retrying", name)
+                db_connections.discard(connection)
+                continue
+            logger.exception("kumiko_jobs: run record write %s failed", name)
+        except Exception:
+            # A bad value in a job's metadata must not stop the worker (poison job).
+            logger.exception("kumiko_jobs: run record write %s failed", name)
+        else:
+            return True
         return False
-    return True
+    return False
 
 
 def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
-    """Queued runs that will never run (replaced); a run that already started is left alone."""
-    JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
+    """Waiting runs that will never run (replaced, canceled); a run that started is left alone."""
+    JobRun.objects.filter(job_id__in=list(job_ids), status__in=(RunStatus.QUEUED, RunStatus.DEFERRED)).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
+    )
+
+
+def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
+    """A row written in the caller's transaction whose push a gate refused at commit time."""
+    JobRun.objects.filter(pk=run_id).update(
+        status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued at commit: {reason}"
+    )
+
+
+def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str) -> None:
+    """Rows committed with the caller's transaction whose push failed: make the loss visible."""
+    JobRun.objects.filter(pk__in=run_ids).update(
+        status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {error}"
+    )
+
+
+def delete_unpushed(run_id: uuid.UUID) -> None:
+    """Undo the row of a dispatch whose push failed, so QueueUnavailable leaves nothing behind."""
+    JobRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).delete()
+
+
+def merge_debounced(
+    job_id: str, *, payload: Mapping[str, Any], next_attempt_at: datetime | None, now: datetime
+) -> None:
+    """A debounced dispatch merged into the pending run: it takes the newest payload."""
+    JobRun.objects.filter(job_id=job_id).update(
+        payload=dict(payload), next_attempt_at=next_attempt_at, updated_at=now
+    )
+
+
+def set_fanout_count(run_id: str, count: int) -> None:
+    JobRun.objects.filter(pk=run_id).update(fanout_count=count)
+
+
+def repair_status(run_id: uuid.UUID, *, expected: str, status: str, now: datetime, error: str) -> int:
+    """Set a stale row to what Redis says became of its job, if nobody changed it meanwhile."""
+    return JobRun.objects.filter(pk=run_id, status=expected).update(
+        status=status, finished_at=now, updated_at=now, error=error
+    )
+
+
+def recorded_job_ids(job_ids: Iterable[str]) -> set[str]:
+    """Which of these job ids have a run row (the fan-out's dedup)."""
+    return set(JobRun.objects.filter(job_id__in=list(job_ids)).values_list("job_id", flat=True))
+
+
+def run_id_of(job_id: str) -> str | None:
+    run_id = JobRun.objects.filter(job_id=job_id).values_list("pk", flat=True).first()
+    return str(run_id) if run_id else None
+
+
+def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
+    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again."""
+    JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
+        status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
     )

@@ -16,6 +16,7 @@ import redis
 from django.db.models import Q
 from rq.utils import as_text
 
+from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.keys import Keys
@@ -25,16 +26,21 @@ from kumiko_jobs.registry import registry
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 200
 INTERVAL = 60.0
-_REDIS_TO_RUN = {b"finished": RunStatus.SUCCEEDED, b"failed": RunStatus.FAILED}
+# "canceled": replaced or canceled by an operator (cancelling.py) after its row write was lost.
+_REDIS_TO_RUN = {
+    b"finished": RunStatus.SUCCEEDED,
+    b"failed": RunStatus.FAILED,
+    b"canceled": RunStatus.DROPPED,
+}
 
 
 def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
     """Fix up to BATCH rows whose state Redis contradicts; returns how many were changed."""
-    if not client.set(f"{keys.prefix}:{lane}:repair-lock", "1", nx=True, ex=int(INTERVAL)):
+    if not client.set(keys.repair_lock(lane), "1", nx=True, ex=int(INTERVAL)):
         return 0
     now = datetime.now(UTC)
     cutoff = now - timedelta(seconds=2 * float(get_config()["ABANDON_AFTER"]))
-    mark_key = f"{keys.prefix}:{lane}:repair-mark"
+    mark_key = keys.repair_mark(lane)
     mark = client.get(mark_key)
     rows = JobRun.objects.filter(lane=lane, status__in=ACTIVE_STATUSES, updated_at__lt=cutoff)
     if mark:
@@ -68,8 +74,8 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
             if redis_status is not None
             else "The job is gone from Redis (expired or deleted) while its record was unfinished."
         )
-        changed += JobRun.objects.filter(pk=pk, status=status).update(
-            status=target, finished_at=now, updated_at=now, error=note if target == RunStatus.FAILED else ""
+        changed += records.repair_status(
+            pk, expected=status, status=target, now=now, error=note if target == RunStatus.FAILED else ""
         )
         if redis_status is None:
             _forget_limits(client, keys, job_name, tenant_id)
@@ -83,6 +89,6 @@ def _forget_limits(client: redis.Redis, keys: Keys, job_name: str, tenant_id: st
     definition = registry.find(job_name)
     if definition is None:
         return
-    for key, _limit, _reason in gates_for(definition, tenant_id, keys).limits:
-        if client.hincrby(keys.active, key, -1) <= 0:
-            client.hdel(keys.active, key)
+    for limit in gates_for(definition, tenant_id, keys).limits:
+        if client.hincrby(keys.active, limit.key, -1) <= 0:
+            client.hdel(keys.active, limit.key)

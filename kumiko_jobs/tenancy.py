@@ -11,10 +11,12 @@ from functools import cache
 from typing import Any
 
 from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.core.signals import setting_changed
 from django.db import models
-from django.utils.module_loading import import_string
+from django.dispatch import receiver
 
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import get_config, import_setting
 from kumiko_jobs.exceptions import InvalidTenant
 
 _current_tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("kumiko_tenant", default=None)
@@ -60,8 +62,8 @@ def _django_scopes_scope() -> Callable[..., AbstractContextManager[Any]] | None:
 
 @cache
 def get_activator() -> Activator:
-    path = get_config()["TENANT_ACTIVATOR"]
-    return import_string(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+    activator: Activator = import_setting("TENANT_ACTIVATOR")
+    return activator
 
 
 def tenant_model() -> type[models.Model] | None:
@@ -70,29 +72,51 @@ def tenant_model() -> type[models.Model] | None:
 
 
 def normalise_tenant(tenant: Any) -> str | None:
-    """The tenant id kept in job metadata: a model instance's pk, or the id itself, as str."""
+    """The tenant id kept in job metadata: one canonical string per tenant.
+
+    With ``TENANT_MODEL`` the id goes through the model's primary key field and back, so ``1``,
+    ``"1"``, ``" 1"`` and ``"01"`` all become ``"1"`` (the database treats them as the same
+    tenant, so caps, fairness and tenant staff must too), and the tenant must exist.
+    """
     if tenant is None:
         return None
+    model = tenant_model()
     if isinstance(tenant, models.Model):
+        if model is not None and not isinstance(tenant, model):
+            raise InvalidTenant(
+                f"tenant={tenant!r} is a {type(tenant).__name__}, not a {model.__name__} "
+                f"(KUMIKO_JOBS['TENANT_MODEL'] = {model._meta.label!r})."
+            )
         if tenant.pk is None:
             raise InvalidTenant(f"Tenant {tenant!r} has no primary key yet; save it before dispatching.")
-        return str(tenant.pk)
+        tenant = tenant.pk
     if isinstance(tenant, bool) or not isinstance(tenant, str | int | uuid.UUID):
         raise InvalidTenant(
             f"tenant={tenant!r} must be a tenant model instance or its id (str, int or UUID), "
             f"not {type(tenant).__name__}."
         )
-    value = str(tenant)
-    if not value or len(value) > 64:
-        raise InvalidTenant(f"tenant id {value!r} must be 1-64 characters.")
-    _check_exists(value)
+    value = _canonical(tenant, model)
+    if not value or len(value) > 64 or not value.isprintable() or value != value.strip():
+        raise InvalidTenant(
+            f"tenant id {value!r} must be 1-64 printable characters without surrounding spaces."
+        )
+    if model is not None:
+        _check_exists(model, value)
     return value
 
 
-def _check_exists(tenant_id: str) -> None:
-    model = tenant_model()
-    if model is None:
-        return
+def _canonical(tenant: str | int | uuid.UUID, model: type[models.Model] | None) -> str:
+    if model is None or model._meta.pk is None:
+        return str(tenant)
+    try:
+        return str(model._meta.pk.to_python(tenant))
+    except ValidationError as exc:
+        raise InvalidTenant(
+            f"tenant id {tenant!r} is not a valid {model.__name__} key: {' '.join(exc.messages)}"
+        ) from exc
+
+
+def _check_exists(model: type[models.Model], tenant_id: str) -> None:
     now = time.monotonic()
     seen = _known_tenants.get(tenant_id)
     if seen is not None and now - seen < float(get_config()["TENANT_CACHE_SECONDS"]):
@@ -121,3 +145,9 @@ def user_id_of(user: Any) -> str | None:
 def reset_caches() -> None:
     _known_tenants.clear()
     get_activator.cache_clear()
+
+
+@receiver(setting_changed)
+def _reset_on_settings_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KUMIKO_JOBS":
+        reset_caches()

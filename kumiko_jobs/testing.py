@@ -11,10 +11,9 @@ from contextlib import contextmanager
 from django.conf import settings
 
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.definitions import LANES
 from kumiko_jobs.execution import run_claimed
-from kumiko_jobs.keys import LANES
-from kumiko_jobs.maintenance import apply_outcome, promote_due
-from kumiko_jobs.outcomes import ClaimedJob, Outcome
+from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
 
 DRAIN_WORKER = "kumiko-drain"
 
@@ -37,21 +36,10 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
             due = promote_due(client, keys, lane)
             if due is not None:
                 next_due = due if next_due is None else min(next_due, due)
-            while claimed := apply_outcome(
-                client,
-                keys,
-                lane,
-                "",
-                "",
-                Outcome("ok"),
-                worker=DRAIN_WORKER,
-                claim=True,
-                execution_id="drain",
-                deadline=time.time() + 3600,
-            ):
-                job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
+            claim = Claim(DRAIN_WORKER, "drain", time.time() + 3600)
+            while job := finish_and_claim(client, keys, lane, claim=claim):
                 outcome = run_claimed(job, worker=DRAIN_WORKER, consumer_lane=lane)
-                apply_outcome(client, keys, lane, job.job_id, f"{job.job_id}:drain", outcome)
+                finish_and_claim(client, keys, lane, Finished(job.job_id, f"{job.job_id}:drain", outcome))
                 counts[outcome.counted_as] += 1
                 ran = True
         if ran:

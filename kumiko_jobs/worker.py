@@ -1,13 +1,15 @@
 """The lane worker: RQ's SimpleWorker (registration, signals, dashboards) with a lean hot path.
 
 Per job it makes one Redis round trip (finish the previous job and claim the next in one
-script, see scripts.STEP) and two UPDATEs of the run record. Jobs run in-process; the README
+script, lane.finish_and_claim) and one or two UPDATEs of the run record. Jobs run in-process; the README
 explains why (measured: forking per job costs ~2x and a DB connection per job).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 import uuid
 from typing import Any
@@ -18,16 +20,18 @@ from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
 
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import get_config, redis_url
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.db_connections import opened_connections
 from kumiko_jobs.execution import run_claimed
-from kumiko_jobs.maintenance import Heartbeat, apply_outcome, promote_due, reap
-from kumiko_jobs.outcomes import ClaimedJob, Outcome
+from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
+from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
+from kumiko_jobs.worker_logging import redacted
 
-logger = logging.getLogger("kumiko_jobs")
+logger = logging.getLogger("kumiko_jobs.worker")
 REAP_INTERVAL = 5.0
 MAX_BLOCK = 1.0
 
@@ -50,6 +54,7 @@ class LaneWorker(SimpleWorker):
             **kwargs,
         )
         self.counts: dict[str, int] = {}
+        self._lease = float(get_config()["ABANDON_AFTER"])
         self._next_promote = 0.0
         self._next_reap = 0.0
         self._next_repair = time.time() + REPAIR_INTERVAL
@@ -60,6 +65,7 @@ class LaneWorker(SimpleWorker):
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
     ) -> bool:
         self.bootstrap(logging_level)
+        self._log_banner(burst, max_jobs)
         self.client.sadd(self.keys.claimers(self.lane), self.name)
         self._install_signal_handlers()  # type: ignore[no-untyped-call]
         self._heartbeat = Heartbeat(self.client, self.keys, self.lane, self.key)
@@ -79,59 +85,74 @@ class LaneWorker(SimpleWorker):
             self.client.srem(self.keys.claimers(self.lane), self.name)
             self.teardown()  # type: ignore[no-untyped-call]
         done = sum(self.counts.values())
-        logger.info("kumiko_jobs: worker %s stopped after %d jobs %s", self.name, done, self.counts)
+        logger.info(
+            "worker %s stopped after %d jobs %s; database connections opened: %d",
+            self.name,
+            done,
+            self.counts,
+            opened_connections(),
+        )
         return done > 0
+
+    def request_stop(self, signum: int, frame: Any) -> None:
+        logger.info(
+            "worker %s: %s received: %s, then stopping (a second signal stops at once)",
+            self.name,
+            signal.Signals(signum).name,
+            "finishing the running job" if self._state == WorkerStatus.BUSY else "no job running",
+        )
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+
+    def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
+        from django.db import connection
+
+        logger.info(
+            "worker %s (pid %d) consuming lane %s (queue %s, prefix %r) on Redis %s, database %s; "
+            "scheduler %s%s%s",
+            self.name,
+            os.getpid(),
+            self.lane,
+            self.keys.queue_name(self.lane),
+            self.keys.prefix,
+            redacted(redis_url()),
+            f"{connection.vendor}:{connection.settings_dict.get('NAME')}",
+            "on" if self.schedule else "off (--no-scheduler)",
+            ", burst" if burst else "",
+            f", at most {max_jobs} jobs" if max_jobs else "",
+        )
 
     def _loop(self, burst: bool, max_jobs: int | None) -> int:
         heartbeat = self._heartbeat
         if heartbeat is None:
             raise RuntimeError("work() starts the heartbeat before the loop")
         done = 0
-        pending: tuple[str, str, Outcome] | None = None  # finished job waiting to be reported
+        finished: Finished | None = None  # the attempt whose outcome Redis is told next
         while True:
             self._upkeep()
             stop = self._stop_requested or (max_jobs is not None and done >= max_jobs)
             execution_id = uuid.uuid4().hex[:12]
             self._state = WorkerStatus.BUSY  # a signal now only sets _stop_requested
-            claimed = self._step(pending, not stop, execution_id)
-            pending = None
+            claim = None if stop else Claim(self.name, execution_id, time.time() + self._lease)
+            job = finish_and_claim(self.client, self.keys, self.lane, finished, claim)
+            finished = None
             if stop:
                 return done
-            if claimed is None:
+            if job is None:
                 self._state = WorkerStatus.IDLE
                 if burst and self._nothing_due():
                     return done
                 self._wait_for_work()
                 continue
-            job = ClaimedJob(job_id=claimed[0].decode(), data=claimed[1], meta_raw=claimed[2])
             member = f"{job.job_id}:{execution_id}"
             heartbeat.member = member
             outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane, observer=self._marker)
             heartbeat.member = ""
             self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
-            pending = (job.job_id, member, outcome)
+            finished = Finished(job.job_id, member, outcome)
             if outcome.retry_at and self.schedule:
                 # Wake for this run's own retry or deferral, not at the next promotion round.
                 self._next_promote = min(self._next_promote, outcome.retry_at)
             done += 1
-
-    def _step(
-        self, pending: tuple[str, str, Outcome] | None, claim: bool, execution_id: str
-    ) -> list[bytes] | None:
-        deadline = time.time() + int(get_config()["ABANDON_AFTER"])
-        job_id, member, outcome = pending if pending else ("", "", Outcome("ok"))
-        return apply_outcome(
-            self.client,
-            self.keys,
-            self.lane,
-            job_id,
-            member,
-            outcome,
-            worker=self.name,
-            claim=claim,
-            execution_id=execution_id,
-            deadline=deadline,
-        )
 
     def _wait_for_work(self) -> None:
         """Block on the lane's wake token (one key, not one per tenant); producers arm it."""

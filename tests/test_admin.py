@@ -246,7 +246,7 @@ def test_retry_action_redispatches_failed_runs_and_skips_others(
     assert retry.tenant_id == failed.tenant_id
     assert retry.payload == failed.payload == {"succeed_on": 99}
     assert (retry.triggered_by, retry.correlation_id) == (str(admin_user.pk), failed.correlation_id)
-    assert retry.trigger_name == f"admin-retry:{failed.pk}"
+    assert (retry.trigger_name, retry.retry_of) == ("retry", failed.pk)
     assert JobRun.objects.filter(job_name="tests.record").count() == 2  # nothing new for the skipped run
     # The retry runs like any run (the fixture's queued run runs too).
     assert drain() == {"succeeded": 1, "retried": 2, "failed": 1}

@@ -42,7 +42,7 @@ def test_final_failure_after_all_attempts(traces: Any, caplog: pytest.LogCapture
     assert (run.status, run.attempt) == (RunStatus.FAILED, 3)
     assert run.error == "RuntimeError: flaky failure on attempt 3"
     assert "Traceback" in run.traceback and run.finished_at is not None
-    failed_lines = [r for r in caplog.records if "job failed" in r.getMessage()]
+    failed_lines = [r for r in caplog.records if getattr(r, "outcome", None) in ("retried", "failed")]
     assert [(r.attempt, r.final) for r in failed_lines] == [(1, False), (2, False), (3, True)]  # type: ignore[attr-defined]
     assert all("s3cr3t" not in r.getMessage() for r in caplog.records)
 
@@ -110,6 +110,22 @@ def test_unknown_job_in_queue_is_retried_during_grace_then_fails(settings: Any, 
     assert run.status == "failed" and "Unknown job 'tests.from_the_future'" in run.error
 
 
+def test_unknown_per_tenant_job_gets_the_rolling_deploy_grace_too(
+    settings: Any, tenants: list[Any], redis_client: Any
+) -> None:
+    future = dataclasses.replace(registry.get("tests.per_tenant"), name="tests.per_tenant_from_the_future")
+    prepared = prepare(future, {}, tenant_id=None, user_id=None)
+    push([prepared])
+    from kumiko_jobs.records import insert_queued
+
+    insert_queued([prepared.row])
+    assert drain(timeout=0.05) == {"requeued": 1}
+    run = JobRun.objects.get(job_id=prepared.job_id)
+    assert run.status == "queued"
+    assert "Unknown job 'tests.per_tenant_from_the_future'" in run.logs[-1]["msg"]
+    assert redis_client.zscore(get_keys().scheduled("worker"), prepared.job_id) is not None
+
+
 def test_malformed_job_fails_and_drain_keeps_going(redis_client: Any, traces: Any) -> None:
     keys = get_keys()
     bad_id = f"{keys.id_tag}-garbage"
@@ -142,10 +158,10 @@ def test_fan_out_retry_never_enqueues_a_tenant_twice(
     meta_raw = redis_client.hget(get_keys().job(result.job_id), "meta")
     meta = JobMeta.from_json(meta_raw)
     # Run the wrapper twice (as a retry would) and also after Redis forgot the children.
-    run_fan_out(result.job_id, meta, {}, worker="w", consumer_lane="worker")
+    run_fan_out(result.job_id, meta, {}, "tests.per_tenant", worker="w")
     for tenant in tenants:
         redis_client.delete(get_keys().job(child_job_id(result.job_id, str(tenant.pk))))
-    run_fan_out(result.job_id, meta, {}, worker="w", consumer_lane="worker")
+    run_fan_out(result.job_id, meta, {}, "tests.per_tenant", worker="w")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 3
 
 

@@ -16,9 +16,10 @@ from django.db import connections
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.jobdata import JobMeta
-from kumiko_jobs.maintenance import apply_outcome, promote_due, reap
+from kumiko_jobs.lane import Claim, ClaimedJob, Finished, finish_and_claim, promote_due
+from kumiko_jobs.leases import reap
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.outcomes import ClaimedJob, Outcome
+from kumiko_jobs.outcomes import Outcome, Release
 from kumiko_jobs.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,24 +32,13 @@ class Lane:
         self.lane, self.keys, self.client = lane, get_keys(), get_redis()
 
     def claim(self, deadline: float | None = None) -> ClaimedJob | None:
-        raw = apply_outcome(
-            self.client,
-            self.keys,
-            self.lane,
-            "",
-            "",
-            Outcome("ok"),
-            worker="sim",
-            claim=True,
-            execution_id="x",
-            deadline=deadline or time.time() + 60,
-        )
-        return ClaimedJob(raw[0].decode(), raw[1], raw[2]) if raw else None
+        claim = Claim("sim", "x", deadline or time.time() + 60)
+        return finish_and_claim(self.client, self.keys, self.lane, claim=claim)
 
     def finish(self, job: ClaimedJob) -> None:
         meta = JobMeta.from_json(job.meta_raw)
-        outcome = Outcome("ok", ttl=60, flow=meta.flow, limit_keys=meta.limit_keys)
-        apply_outcome(self.client, self.keys, self.lane, job.job_id, f"{job.job_id}:x", outcome)
+        outcome = Outcome("ok", "succeeded", Release(meta.flow, meta.limit_keys), ttl=60)
+        finish_and_claim(self.client, self.keys, self.lane, Finished(job.job_id, f"{job.job_id}:x", outcome))
 
     def label(self, job: ClaimedJob | None) -> str | None:
         if job is None:
@@ -211,7 +201,7 @@ def test_stock_rq_push_is_swept_into_its_flow(redis_client: Any) -> None:
 
 
 def test_django_rq_queue_counts_and_lists_flows(tenants: list[Any]) -> None:
-    from kumiko_jobs.rq_queue import LaneQueue
+    from kumiko_jobs.dashboard.queue import LaneQueue
 
     ids = [dispatch("tests.record", {}, tenant=t).job_id for t in tenants]
     ids.append(dispatch("tests.capped", {}, tenant=tenants[0]).job_id)
@@ -250,7 +240,9 @@ def test_cap_lowered_while_runs_wait_holds_them_back_without_attempts(tenants: l
         assert (row.status, row.attempt) == (RunStatus.QUEUED, 1)
         assert "the cap is now 1" in row.logs[-1]["msg"]
         lane.finish(first)
-        apply_outcome(get_redis(), get_keys(), "worker", second.job_id, f"{second.job_id}:x", outcome)
+        finish_and_claim(
+            get_redis(), get_keys(), "worker", Finished(second.job_id, f"{second.job_id}:x", outcome)
+        )
         # With the tenant's slot free, everything still runs, one at a time, none lost.
         counts = drain(timeout=5)
         assert counts == {"succeeded": 3}
@@ -267,3 +259,19 @@ def test_fallback_delay_grows_per_deferral_and_is_capped() -> None:
         assert all(base <= d < base + 1000 for d in delays), (n, delays)
         assert len(delays) > 1  # jittered
     assert fallback_delay_ms(100_000, 0) >= 60_000  # the cap applies before the jitter
+
+
+def test_replace_keeps_a_defer_cap(tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+    first = dispatch("tests.capped_replacing", {"n": 1}, tenant=tenant)
+    lane = Lane()
+    running = lane.claim()
+    assert running is not None and running.job_id == first.job_id
+    second = dispatch("tests.capped_replacing", {"n": 2}, tenant=tenant)
+    third = dispatch("tests.capped_replacing", {"n": 3}, tenant=tenant)
+    # The cap (1 per tenant) holds while the first runs, and replace kept only the newest waiting.
+    assert lane.claim() is None
+    assert JobRun.objects.get(pk=second.run_id).status == RunStatus.DROPPED
+    lane.finish(running)
+    nxt = lane.claim()
+    assert nxt is not None and nxt.job_id == third.job_id

@@ -156,3 +156,24 @@ def test_as_user_switches_identity_with_a_grant_and_audits_it(tenants: list[Any]
     flush_audits(ctx)
     [audit] = EscapeHatchAudit.objects.all()
     assert (audit.kind, audit.reason, audit.count) == ("as_user", "tests: act as owner", 1)
+
+
+def test_aliases_of_a_tenant_id_are_one_tenant_for_caps_and_records(tenants: list[Any]) -> None:
+    pk = tenants[0].pk
+    arabic_indic = "".join(chr(0x660 + int(digit)) for digit in str(pk))
+    aliases = [pk, str(pk), f" {pk}", f"+{pk}", f"0{pk}", f"0_{pk}", arabic_indic, tenants[0]]
+    results = [dispatch("tests.limited", {}, tenant=alias) for alias in aliases]
+    # tests.limited allows 3 queued+running runs per tenant: aliases must not open more slots.
+    assert [r.status for r in results] == ["queued"] * 3 + ["skipped"] * 5
+    assert set(JobRun.objects.values_list("tenant_id", flat=True)) == {str(pk)}
+
+
+def test_an_instance_of_another_model_is_not_a_tenant() -> None:
+    from django.contrib.auth.models import User
+
+    from kumiko_jobs import InvalidTenant
+
+    user = User.objects.create(username="not-a-tenant")
+    with pytest.raises(InvalidTenant, match="is a User, not a Tenant"):
+        dispatch("tests.record", {}, tenant=user)
+    assert not JobRun.objects.exists()

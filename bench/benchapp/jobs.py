@@ -1,9 +1,10 @@
-"""The job the benchmarks dispatch and run: it does nothing, so only the machinery is measured."""
+"""The jobs the benchmarks dispatch and run: they do (next to) nothing, so the machinery is measured."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from bench.peers import stamps
 from kumiko_jobs import job
 from kumiko_jobs.context import JobContext
 
@@ -31,3 +32,15 @@ def fanned(payload: dict[str, Any], ctx: JobContext) -> None:
 @job(name="bench.limited_api", lane="api", max_per_tenant=1000)
 def limited_api(payload: dict[str, Any], ctx: JobContext) -> None:
     return None
+
+
+# bench/peer_rates.py: the bodies Dramatiq, Celery and RQ run too (bench/peers/stamps.py), each
+# ending in the same one RPUSH of its start and end.
+@job(name="bench.trivial")
+def trivial(payload: dict[str, Any], ctx: JobContext) -> None:
+    stamps.trivial(payload["stamps"], payload["expected"], payload["i"])
+
+
+@job(name="bench.io20")
+def io20(payload: dict[str, Any], ctx: JobContext) -> None:
+    stamps.io20(payload["stamps"], payload["expected"], payload["i"])

@@ -7,9 +7,8 @@ from weakref import WeakKeyDictionary
 
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
-from django.utils.module_loading import import_string
 
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import import_setting
 from kumiko_jobs.tenancy import tenant_model
 
 _staff_tenants: WeakKeyDictionary[HttpRequest, str | None] = WeakKeyDictionary()
@@ -25,8 +24,7 @@ def staff_tenant_id(request: HttpRequest) -> str | None:
     Cached per request: permissions, queryset and filters all ask, and the hook may query.
     """
     if request not in _staff_tenants:
-        hook = get_config()["USER_TENANT"]
-        hook = import_string(hook) if isinstance(hook, str) else hook
+        hook = import_setting("USER_TENANT")
         tenant = hook(request.user) if hook else None
         # Run records keep tenant ids as strings; a hook may return an instance or an int.
         _staff_tenants[request] = None if tenant is None else str(getattr(tenant, "pk", tenant))

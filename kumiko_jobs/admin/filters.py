@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from kumiko_jobs.admin.access import is_operator
-from kumiko_jobs.keys import LANES
+from kumiko_jobs.definitions import LANES
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import tenant_model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -14,13 +14,12 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from kumiko_jobs import dispatch
 from kumiko_jobs.admin.access import is_operator, staff_tenant_id, tenant_names
 from kumiko_jobs.admin.changelist import CappedCountPaginator, RunChangeList, RunQuerySet
 from kumiko_jobs.admin.filters import JobNameFilter, LaneFilter, TenantFilter
-from kumiko_jobs.dispatching import PER_TENANT_PREFIX
 from kumiko_jobs.exceptions import KumikoJobsError, QueueUnavailable
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.retrying import retry_failed
 
 # The retry action dispatches one job per run; a "select all" over millions must not.
 RETRY_LIMIT = 100
@@ -28,11 +27,16 @@ STATUS_COLORS: dict[str, str] = {
     RunStatus.QUEUED: "#64748b", RunStatus.RUNNING: "#2563eb", RunStatus.SUCCEEDED: "#15803d",
     RunStatus.FAILED: "#b91c1c", RunStatus.DEFERRED: "#b45309", RunStatus.DROPPED: "#6b7280",
 }  # fmt: skip
+# ModelAdmin is generic only in django-stubs (see audits.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobRun]
+else:
+    _ModelAdmin = admin.ModelAdmin
 BADGE = '<span style="background:{};color:#fff;border-radius:.6em;padding:0 .6em">{}</span>'
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin[JobRun]):
+class JobRunAdmin(_ModelAdmin):
     list_display = (
         "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "started_at", "finished_at",
         "duration",
@@ -154,7 +158,7 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
 
     @admin.action(description="Retry selected failed runs", permissions=["retry"])
     def retry_failed_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        fields = ("id", "job_name", "tenant_id", "status", "payload", "correlation_id")
+        fields = ("id", "job_name", "tenant_id", "status", "payload", "correlation_id", "job_id", "fanout_of")
         runs = list(queryset.only(*fields)[: RETRY_LIMIT + 1])
         if len(runs) > RETRY_LIMIT:
             self.message_user(request, f"Select at most {RETRY_LIMIT} runs to retry at once.", messages.ERROR)
@@ -165,12 +169,8 @@ class JobRunAdmin(admin.ModelAdmin[JobRun]):
                 skipped.append(f"{run.job_name} {run.pk} ({run.status})")
                 continue
             try:
-                result = dispatch(
-                    # A fan-out wrapper is retried as its job, which fans out again.
-                    run.job_name.removeprefix(PER_TENANT_PREFIX), run.payload, tenant=run.tenant_id,
-                    user=request.user, correlation_id=run.correlation_id or None,
-                    trigger_name=f"admin-retry:{run.pk}",
-                )  # fmt: skip
+                # A fan-out wrapper's retry reaches only the tenants the original did not.
+                result = retry_failed(run, user=request.user)
             except QueueUnavailable as exc:
                 stopped = f"Re-dispatched {retried} failed runs, then stopped: {exc}"
                 self.message_user(request, stopped, messages.ERROR)

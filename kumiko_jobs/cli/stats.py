@@ -11,7 +11,7 @@ from django.db.models import Count
 from rq.utils import as_text
 
 from kumiko_jobs.cli.base import Output, Subcommand
-from kumiko_jobs.conf import redis_url
+from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import LANES, Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun
@@ -43,7 +43,8 @@ def lane_stats() -> dict[str, dict[str, int]]:
         return {lane: lane_counts(client, keys, lane) for lane in LANES}
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise CommandError(
-            f"Redis at {redis_url()} is not reachable ({exc}). Start Redis or fix REDIS_URL."
+            f"Redis at {redis_description()} is not reachable ({exc}). "
+            "Start Redis or set KUMIKO_JOBS['REDIS']."
         ) from exc
 
 

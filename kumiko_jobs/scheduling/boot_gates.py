@@ -80,7 +80,7 @@ def run_gate(definition: JobDefinition, *, worker: str) -> None:
                 return
             if outcome.kind in ("retry", "requeue"):
                 time.sleep(max(0.0, outcome.retry_at - time.time()))
-                meta = JobMeta.from_json(outcome.meta)
+                meta = JobMeta.from_json(outcome.meta) if outcome.meta else meta
                 continue
             error = failure[0] if failure else None
             reason = f"{error.__class__.__name__}: {error}" if error else "see its run record"

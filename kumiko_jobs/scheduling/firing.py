@@ -28,9 +28,7 @@ from kumiko_jobs.keys import Keys
 from kumiko_jobs.pushing import PreparedJob, Selection, push_watched
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scheduling.lease import LeaderLease
-from kumiko_jobs.scheduling.specs import Schedule, tick_job_id, zone_tick_job_id
-
-TRIGGER_NAME = "cron"
+from kumiko_jobs.scheduling.specs import TICK_TRIGGER, Schedule, tick_job_id, zone_tick_job_id
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,13 @@ def prepare_tick(tick: Tick, keys: Keys) -> PreparedJob:
         {},
         tenant_id=None,
         user_id=None,
-        trigger_name=TRIGGER_NAME,
+        trigger_name=TICK_TRIGGER,
         job_id=job_id,
         unique=True,
         # The same id on every attempt, so the row and the Redis job always agree.
         run_id=uuid.uuid5(uuid.NAMESPACE_URL, job_id),
+        # A zone wrapper's children derive their ids from the tick, not from the zone.
+        fanout_of=tick_job_id(keys, definition.name, tick.at) if local else "",
         scheduled_at=tick.at,
         zone=tick.zone if local else "",
     )

@@ -16,6 +16,8 @@ from kumiko_jobs.definitions import TENANT_ZONE, CronTrigger, EventTrigger, JobD
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.registry import registry
 
+TICK_TRIGGER = "cron"  # the trigger_name of every run a schedule fires
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -48,6 +50,12 @@ def schedules_of(definition: JobDefinition) -> list[Schedule]:
 def lane_schedules(lane: str) -> list[Schedule]:
     """The schedules this process declares for ``lane``, in declaration order."""
     return [s for d in registry.all() if d.lane == lane for s in schedules_of(d)]
+
+
+def is_zone_wrapper(definition: JobDefinition, trigger_name: str) -> bool:
+    """Is a wrapper run of ``definition`` with this trigger one zone's share of a tz="tenant"
+    tick? Its tenants are that zone's at tick time, which its run record does not keep."""
+    return trigger_name == TICK_TRIGGER and any(s.tenant_local for s in schedules_of(definition))
 
 
 def _digest(text: str, size: int) -> str:

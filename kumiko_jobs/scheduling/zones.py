@@ -25,10 +25,9 @@ from functools import cache
 from typing import Any
 
 import redis
-from django.utils.module_loading import import_string
 from rq.utils import as_text
 
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import import_setting
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.scheduling.cronmath import zone as zone_info
@@ -52,10 +51,7 @@ class ZoneIndex:
 
 
 def tenant_zone_function() -> Callable[[Any], str] | None:
-    path = get_config().get("TENANT_TIMEZONE")
-    if not path:
-        return None
-    return import_string(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+    return import_setting("TENANT_TIMEZONE")  # type: ignore[no-any-return]
 
 
 @cache

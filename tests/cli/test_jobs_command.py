@@ -11,9 +11,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from kumiko_jobs import cron, dispatch
-from kumiko_jobs.definitions import build_definition
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.registry import registry
+from kumiko_jobs.registry import build_definition, registry
 from kumiko_jobs.scheduling import refresh_tenant_zones
 from kumiko_jobs.testing import drain
 from tests.testapp.tenants import set_zones

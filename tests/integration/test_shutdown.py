@@ -34,7 +34,7 @@ def test_sigterm_lets_the_running_job_finish_and_starts_no_other(
     assert traces("record") == []
     assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.QUEUED
     assert redis_client.hget(get_keys().job(waiting.job_id), "status") == b"queued"
-    assert "warm shut down requested" in worker.output()
+    assert "SIGTERM received: finishing the running job, then stopping" in worker.output()
 
     successor = start_worker("worker")
     assert wait_for_run(waiting.run_id).status == RunStatus.SUCCEEDED

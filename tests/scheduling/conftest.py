@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.definitions import JobDefinition, build_definition
-from kumiko_jobs.registry import registry
+from kumiko_jobs.definitions import JobDefinition
+from kumiko_jobs.registry import build_definition, registry
 from kumiko_jobs.scheduling.lease import LeaderLease
 from kumiko_jobs.scheduling.planner import Planner
 from kumiko_jobs.scheduling.specs import lane_schedules

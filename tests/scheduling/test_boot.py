@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 
 from kumiko_jobs.context import JobContext
-from kumiko_jobs.definitions import build_definition
 from kumiko_jobs.exceptions import BootGateFailed
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.registry import registry
+from kumiko_jobs.registry import build_definition, registry
 from kumiko_jobs.scheduling.boot_gates import run_boot_gates
 from kumiko_jobs.scheduling.boot_jobs import dispatch_boot_jobs
 from tests.testapp.jobs import trace

@@ -150,6 +150,11 @@ def replacing(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("replacing", payload, ctx)
 
 
+@job(name="tests.capped_replacing", concurrency="replace", max_per_tenant=MaxPerTenant(1, on_limit="defer"))
+def capped_replacing(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("capped_replacing", payload, ctx)
+
+
 @job(name="tests.debounced", concurrency="debounce", debounce_ms=200)
 def debounced(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("debounced", payload, ctx)
@@ -256,6 +261,30 @@ def hatch_rollback(payload: dict[str, Any], ctx: JobContext) -> None:
             raise RuntimeError("roll back the handler's own writes")
     except RuntimeError:
         pass
+
+
+# --- database connections between jobs (tests/test_db_connections.py) -------------------------
+
+
+@job(name="tests.leaves_transaction_open")
+def leaves_transaction_open(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Enters atomic() and never leaves it (a bug in a handler): its write must not survive."""
+    from django.db import transaction
+
+    from project.demo.models import Note
+
+    transaction.atomic().__enter__()
+    Note.objects.create(tenant_id=ctx.tenant_id, text="left in an open transaction")
+
+
+@job(name="tests.breaks_connection")
+def breaks_connection(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Closes the database socket under Django's feet (a server restart, a pooler timeout)."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    assert connection.connection is not None
+    connection.connection.close()
 
 
 # --- schedules and boot (tests/integration/test_schedules.py, test_boot.py) -------------------

@@ -8,15 +8,15 @@ thread (stamps; leader election unless --no-scheduler) and the worker loop.
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kumiko_jobs.conf import redis_url
+from kumiko_jobs import worker_logging
+from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_redis
-from kumiko_jobs.keys import LANES
+from kumiko_jobs.definitions import LANES
 
 # Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
 BOOT_GATE_FAILED = 3
@@ -55,18 +55,17 @@ class Command(BaseCommand):
         from kumiko_jobs.scheduling.loop import SchedulerThread
         from kumiko_jobs.worker import LaneWorker
 
+        verbosity = int(options["verbosity"])
+        worker_logging.configure(verbosity)
         try:
             get_redis().ping()
         except redis.RedisError as exc:
             raise CommandError(
-                f"Redis at {redis_url()} is not reachable ({exc}). "
-                "Start Redis or set KUMIKO_JOBS['REDIS_URL']."
+                f"Redis at {redis_description()} is not reachable ({exc}). "
+                "Start Redis or set KUMIKO_JOBS['REDIS']."
             ) from exc
         lane = options["lane"]
         worker = LaneWorker(lane, name=options["name"], schedule=not options["no_scheduler"])
-        level = {0: "WARNING", 1: "INFO"}.get(options["verbosity"], "DEBUG")
-        # -v0 also quiets per-job log lines (ctx.log still lands on the run records).
-        logging.getLogger("kumiko_jobs").setLevel(level)
         try:
             run_boot_gates(lane, worker=worker.name)
         except BootGateFailed as exc:
@@ -75,7 +74,9 @@ class Command(BaseCommand):
         dispatch_boot_jobs(lane)
         scheduler = SchedulerThread(lane, worker.name, lead=not options["no_scheduler"])
         scheduler.start()
+        # RQ's own start-up lines repeat our banner; they show at -v 3 only.
+        rq_level = "DEBUG" if verbosity >= 3 else "WARNING"
         try:
-            worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=level)
+            worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=rq_level)
         finally:
             scheduler.stop()

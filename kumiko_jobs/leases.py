@@ -1,7 +1,9 @@
-"""Lane upkeep shared by workers and drain(): promote due delayed jobs, reap dead workers' runs."""
+"""Leases of running jobs: the heartbeat that renews them, the reaper that retries runs whose
+worker died (its lease expired)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -10,78 +12,20 @@ from datetime import UTC, datetime
 import redis
 from rq.utils import utcformat
 
-from kumiko_jobs.cap_fallback import current_flow_if_changed
+from kumiko_jobs import outcomes
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import KumikoJobsError, MalformedJob
-from kumiko_jobs.execution import failed_attempt
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import Keys
-from kumiko_jobs.outcomes import Outcome
+from kumiko_jobs.lane import Finished, finish_and_claim
 from kumiko_jobs.registry import registry
-from kumiko_jobs.scripts import scripts_for
+from kumiko_jobs.scripts import HeartbeatArgs, TakeAbandonedArgs, argv, scripts_for
 
 logger = logging.getLogger("kumiko_jobs")
 
 
 class AbandonedJob(KumikoJobsError):
     """The worker running this job stopped heartbeating (killed, crashed or frozen)."""
-
-
-def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) -> float | None:
-    """Queue delayed jobs that are due (and sweep stock RQ pushes); return the next due time."""
-    now = time.time()
-    _count, next_due = scripts_for(client).promote(
-        keys=[keys.scheduled(lane), keys.queue(lane)],
-        args=[now, limit, utcformat(datetime.now(UTC)), keys.lane(lane)],
-    )
-    return float(next_due) if next_due is not None else None
-
-
-def apply_outcome(
-    client: redis.Redis,
-    keys: Keys,
-    lane: str,
-    job_id: str,
-    member: str,
-    outcome: Outcome,
-    *,
-    worker: str = "",
-    claim: bool = False,
-    execution_id: str = "",
-    deadline: float = 0.0,
-) -> list[bytes] | None:
-    """Tell Redis how an attempt ended and (optionally) claim the next job, in one round trip."""
-    now = datetime.now(UTC)
-    result = scripts_for(client).step(
-        keys=[
-            keys.started(lane),
-            keys.finished(lane),
-            keys.failed(lane),
-            keys.scheduled(lane),
-            keys.active,
-            keys.queue(lane),
-        ],
-        args=[
-            now.timestamp(),
-            utcformat(now),
-            worker,
-            deadline,
-            job_id,
-            outcome.kind if job_id else "",
-            member,
-            outcome.ttl,
-            outcome.retry_at,
-            outcome.meta,
-            outcome.exc_info,
-            "1" if claim else "",
-            execution_id,
-            keys.lane(lane),
-            outcome.flow,
-            outcome.limit_keys,
-            outcome.current_flow,
-        ],
-    )
-    return result  # type: ignore[no-any-return]
 
 
 def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
@@ -94,7 +38,9 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
     pipe.zremrangebyscore(keys.finished(lane), "-inf", now)
     pipe.zremrangebyscore(keys.failed(lane), "-inf", now)
     pipe.execute()
-    members = scripts_for(client).take_abandoned(keys=[keys.started(lane)], args=[now, 100])
+    members = scripts_for(client).take_abandoned(
+        keys=[keys.started(lane)], args=argv(TakeAbandonedArgs(now=now, limit=100))
+    )
     for raw in members:
         job_id = raw.decode().split(":", 1)[0]
         _handle_abandoned(client, keys, lane, job_id)
@@ -110,16 +56,17 @@ def _handle_abandoned(client: redis.Redis, keys: Keys, lane: str, job_id: str) -
     except MalformedJob:
         logger.error("kumiko_jobs: abandoned job %s has malformed meta; leaving it failed", job_id)
         return
-    grant = 1 if meta.abandons < int(get_config()["ABANDONED_RETRIES"]) else 0
-    meta.abandons += 1
+    config = get_config()
+    grant = 1 if meta.abandons < int(config["ABANDONED_RETRIES"]) else 0
+    counted = dataclasses.replace(meta, abandons=meta.abandons + 1)
     error = AbandonedJob(
         f"the worker running attempt {meta.attempt} stopped heartbeating for "
-        f"{get_config()['ABANDON_AFTER']}s (killed or crashed)"
+        f"{config['ABANDON_AFTER']}s (killed or crashed)"
     )
-    outcome = failed_attempt(registry.find(meta.job_name), job_id, meta, error, [], extra_attempts=grant)
-    outcome.flow, outcome.limit_keys = meta.flow, meta.limit_keys
-    outcome.current_flow = current_flow_if_changed(registry.find(meta.job_name), meta)
-    apply_outcome(client, keys, lane, job_id, "", outcome)
+    outcome = outcomes.failed_attempt(
+        registry.find(meta.job_name), job_id, counted, error, [], extra_attempts=grant
+    )
+    finish_and_claim(client, keys, lane, Finished(job_id, "", outcome))
     logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, meta.job_name, outcome.counted_as)
 
 
@@ -137,11 +84,14 @@ class Heartbeat(threading.Thread):
         interval, ttl = float(config["HEARTBEAT_INTERVAL"]), int(config["ABANDON_AFTER"])
         script = scripts_for(self.client).heartbeat
         while not self._stop_event.wait(interval):
+            args = HeartbeatArgs(
+                member=self.member,
+                deadline=time.time() + ttl,
+                worker_ttl=ttl,
+                now_iso=utcformat(datetime.now(UTC)),
+            )
             try:
-                script(
-                    keys=[self.keys.started(self.lane), self.worker_key],
-                    args=[self.member, time.time() + ttl, ttl, utcformat(datetime.now(UTC))],
-                )
+                script(keys=[self.keys.started(self.lane), self.worker_key], args=argv(args))
             except redis.RedisError:
                 logger.warning("kumiko_jobs: heartbeat failed; retrying", exc_info=True)
 

@@ -1,4 +1,4 @@
-"""System checks: each rule reports one error with a stable id and a hint."""
+"""Job declaration checks: each rule reports one error with its own stable id and a hint."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ from typing import Any
 
 import pytest
 from django.core.checks import Error
-from django.core.checks import Warning as CheckWarning
 from django.core.management import call_command
 
 from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, cron, job, on_event
-from kumiko_jobs.checks import check_definition, check_jobs, check_settings
-from kumiko_jobs.definitions import build_definition
-from kumiko_jobs.registry import registry
+from kumiko_jobs.checks import check_definition, check_jobs
+from kumiko_jobs.definitions import EventTrigger
+from kumiko_jobs.registry import build_definition, registry
 
 
 def handler(payload: dict[str, Any], ctx: Any) -> None:
@@ -21,6 +20,10 @@ def handler(payload: dict[str, Any], ctx: Any) -> None:
 
 def ids(**options: Any) -> list[str]:
     return [m.id or "" for m in check_definition(build_definition(handler, "t.job", options))]
+
+
+def test_replace_with_a_defer_cap_per_tenant_is_valid() -> None:
+    assert ids(concurrency="replace", max_per_tenant=MaxPerTenant(2, "defer")) == []
 
 
 def test_valid_declaration_has_no_errors() -> None:
@@ -62,10 +65,19 @@ def test_valid_declaration_has_no_errors() -> None:
         ({"retries": -1}, "kumiko_jobs.E014"),
         ({"retries": 1.5}, "kumiko_jobs.E014"),
         ({"concurrency": "exclusive"}, "kumiko_jobs.E015"),
-        ({"concurrency_scope": "tenants"}, "kumiko_jobs.E015"),
-        ({"debounce_ms": 0}, "kumiko_jobs.E015"),
+        ({"concurrency_scope": "tenants"}, "kumiko_jobs.E022"),
+        ({"debounce_ms": 0}, "kumiko_jobs.E023"),
         ({"trigger": on_event([])}, "kumiko_jobs.E016"),
-        ({"trigger": "daily"}, "kumiko_jobs.E016"),
+        ({"trigger": EventTrigger(("a",), where="kind=refund")}, "kumiko_jobs.E024"),  # type: ignore[arg-type]
+        ({"trigger": "daily"}, "kumiko_jobs.E025"),
+        (
+            {
+                "concurrency": "replace",
+                "concurrency_scope": "job",
+                "max_per_tenant": MaxPerTenant(2, "defer"),
+            },
+            "kumiko_jobs.E026",
+        ),
     ],
 )
 def test_each_rule_reports_its_id(options: dict[str, Any], code: str) -> None:
@@ -77,7 +89,7 @@ def test_error_message_and_hint_are_exact() -> None:
     assert error == Error(
         "Job 't.job': lane 'both' is not allowed.",
         hint='Use lane="api" (short, CPU-light jobs) or "worker".',
-        obj="tests.test_checks.handler",
+        obj="tests.checks.test_jobs.handler",
         id="kumiko_jobs.E001",
     )
 
@@ -104,27 +116,6 @@ def test_duplicate_names_are_reported() -> None:
 def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['retry'\]"):
         build_definition(handler, "t.job", {"retry": 3})
-
-
-@pytest.mark.parametrize(
-    ("override", "code", "fragment"),
-    [
-        ({"REDIS_URL": "http://x"}, "kumiko_jobs.E013", "is not a Redis URL"),
-        ({"QUEUE_PREFIX": "bad prefix!"}, "kumiko_jobs.E013", "QUEUE_PREFIX"),
-        ({"ACTIVE_TENANTS": "nowhere.tenants"}, "kumiko_jobs.E013", "ACTIVE_TENANTS"),
-        ({"TENANT_MODEL": "demo.Nope"}, "kumiko_jobs.E013", "TENANT_MODEL"),
-        ({"RESULT_TTL": 0}, "kumiko_jobs.E013", "RESULT_TTL"),
-        ({"RUNNING_MARK_DELAY": -1}, "kumiko_jobs.E013", "RUNNING_MARK_DELAY"),
-        ({"HEARTBEAT_INTERVAL": 20, "ABANDON_AFTER": 30}, "kumiko_jobs.E013", "twice HEARTBEAT_INTERVAL"),
-        ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
-    ],
-)
-def test_settings_checks(settings: Any, override: dict[str, Any], code: str, fragment: str) -> None:
-    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, **override}
-    messages = check_settings()
-    assert [m.id for m in messages] == [code]
-    assert fragment in messages[0].msg and messages[0].hint
-    assert isinstance(messages[0], CheckWarning if code.endswith("W001") else Error)
 
 
 @pytest.mark.django_db

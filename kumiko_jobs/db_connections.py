@@ -1,0 +1,88 @@
+"""A worker's database connections are the worker's business, whatever ``CONN_MAX_AGE`` says.
+
+Django closes a connection at the end of each request when ``CONN_MAX_AGE`` is 0 (its
+default), which for a worker would mean a new connection, and a new PostgreSQL backend, per
+job. Between jobs a worker therefore keeps its connections and replaces one only when it is
+unusable (checked with a ping only after an error, as Django does), when a job left it inside a
+transaction (``atomic()`` never exited, autocommit switched off: the next job must not run in
+it), or after ``WORKER_DB_MAX_AGE`` seconds (so a database failover or a connection pooler's
+recycling is picked up eventually). Django's own ``close_old_connections`` is not used: it
+applies ``CONN_MAX_AGE``. Connections are per thread, so each worker thread keeps its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
+
+from kumiko_jobs.conf import get_config
+
+logger = logging.getLogger("kumiko_jobs")
+_opened = 0
+_opened_lock = threading.Lock()
+
+
+@receiver(connection_created)
+def _count_opened(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    global _opened
+    with _opened_lock:
+        _opened += 1
+    # Our own age bound, independent of CONN_MAX_AGE (Django's close_at).
+    connection.kumiko_opened_at = time.monotonic()  # type: ignore[attr-defined]
+
+
+def opened_connections() -> int:
+    """Database connections this process has opened (the worker's shutdown line reports it)."""
+    return _opened
+
+
+def tidy_after_job() -> None:
+    """Keep this thread's connections for the next job unless one must be replaced."""
+    max_age = float(get_config()["WORKER_DB_MAX_AGE"])
+    now = time.monotonic()
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        reason = _replace_reason(connection, now, max_age)
+        if reason is None:
+            continue
+        logger.debug("kumiko_jobs: replacing database connection %s: %s", connection.alias, reason)
+        discard(connection)
+
+
+def discard(connection: BaseDatabaseWrapper) -> None:
+    """Close a connection so the next query opens a fresh one, even if a job left it inside
+    ``atomic()`` (Django keeps such a connection object until the block exits; this one never
+    will). The server rolls back whatever the job left open."""
+    try:
+        connection.close()
+    except DatabaseError:
+        # Closing a broken connection can fail; it is forgotten either way.
+        logger.debug("kumiko_jobs: closing %s failed", connection.alias, exc_info=True)
+    finally:
+        connection.in_atomic_block = False
+        connection.connection = None
+
+
+def _replace_reason(connection: BaseDatabaseWrapper, now: float, max_age: float) -> str | None:
+    if connection.in_atomic_block or not connection.get_autocommit():
+        # A job left a transaction open: rolling it back is the only safe thing, and closing
+        # does that (and resets any session state it changed).
+        return "a job left a transaction open"
+    if connection.needs_rollback:
+        return "a job left a broken transaction"
+    if connection.errors_occurred:
+        if not connection.is_usable():
+            return "unusable after an error"
+        connection.errors_occurred = False
+    opened_at = getattr(connection, "kumiko_opened_at", now)
+    if now - opened_at > max_age:
+        return f"older than WORKER_DB_MAX_AGE ({max_age:g}s)"
+    return None

@@ -1,0 +1,102 @@
+"""The grammar of flow names and limit keys: built and parsed here (and, mirrored, in Lua).
+
+A lane keeps its queued job ids in *flows*, FIFO lists served round-robin (see scripts.py):
+
+- ``t|<tenant>``: a tenant's ordinary runs (``t|`` for runs without a tenant);
+- ``c<cap>|<scope>``: runs that may run at most ``cap`` at a time per scope (``max_per_tenant``
+  defer, ``sequential``); the cap is part of the name so the dequeue needs no lookup, and the
+  running count is kept under ``|<scope>`` so runs started under an older cap still count after
+  a deploy changes it;
+- ``r|<scope>``: runs of ``concurrency="replace"`` (a new run drops the flow's waiting ones).
+
+Limit keys name counters of queued+running runs (skip gates): ``m|<job>|<tenant>`` for
+``max_per_tenant`` skip, ``k|<scope>`` for ``concurrency="skip"``. A scope is ``<job>|<tenant>``
+(``concurrency_scope="tenant"``) or ``<job>`` (``"job"``).
+
+A flow that holds work has a state in the lane's state hash: ``r`` (in the ring, served) or
+``p`` (parked: a capped flow at its cap, out of the ring until a slot frees).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+TENANT = "t"
+CAPPED = "c"
+REPLACE = "r"
+MAX_PER_TENANT = "m"
+SKIP = "k"
+IN_RING = "r"
+PARKED = "p"
+_CAPPED_RE = re.compile(rf"^{CAPPED}(\d+)(\|.*)$")
+
+
+class Limit(NamedTuple):
+    """A skip gate: at most ``limit`` queued+running runs counted under ``key``."""
+
+    key: str
+    limit: int
+    reason: str  # reported as DispatchResult.reason when the gate refuses
+
+
+def scope(job_name: str, tenant_id: str | None, concurrency_scope: str) -> str:
+    """The key ``sequential``/``skip``/``replace``/``debounce`` serialise on."""
+    return f"{job_name}|{tenant_id or ''}" if concurrency_scope == "tenant" else job_name
+
+
+def tenant_flow(tenant_id: str | None) -> str:
+    return f"{TENANT}|{tenant_id or ''}"
+
+
+def capped_flow(cap: int, scope_key: str) -> str:
+    return f"{CAPPED}{cap}|{scope_key}"
+
+
+def replace_flow(scope_key: str) -> str:
+    return f"{REPLACE}|{scope_key}"
+
+
+def max_per_tenant_limit(job_name: str, tenant_id: str, limit: int) -> Limit:
+    return Limit(f"{MAX_PER_TENANT}|{job_name}|{tenant_id}", limit, "max_per_tenant")
+
+
+def skip_limit(scope_key: str) -> Limit:
+    return Limit(f"{SKIP}|{scope_key}", 1, "concurrency")
+
+
+def cap_of(flow: str) -> tuple[int, str] | None:
+    """(cap, running-count field) of a capped flow, None for any other flow."""
+    match = _CAPPED_RE.match(flow)
+    return (int(match[1]), match[2]) if match else None
+
+
+def join_keys(limits: Iterable[Limit]) -> str:
+    """Limit keys as they travel in the job hash (``kumiko_lk``) and in script arguments."""
+    return "\n".join(limit.key for limit in limits)
+
+
+def join_values(limits: Iterable[Limit]) -> str:
+    return "\n".join(str(limit.limit) for limit in limits)
+
+
+# The same grammar for the Lua scripts (prepended to every script by scripts.py).
+LUA_GRAMMAR = rf"""
+local NO_TENANT_FLOW = '{TENANT}|'
+local IN_RING, PARKED = '{IN_RING}', '{PARKED}'
+
+local function cap_of(flow)
+  if string.sub(flow, 1, 1) ~= '{CAPPED}' then return nil end
+  return tonumber(string.match(flow, '^{CAPPED}(%d+)|'))
+end
+
+-- Running-count field of a capped flow: its scope without the cap (see flows.py).
+local function counter_of(flow)
+  return string.match(flow, '^{CAPPED}%d+(|.*)$')
+end
+
+local function each_line(text)
+  return string.gmatch(text or '', '[^\n]+')
+end
+"""

@@ -1,0 +1,96 @@
+"""The lane step, the per-job hot path: finish the previous attempt and claim the next job in
+one round trip (lua/finish_and_claim.lua), plus promotion of due delayed jobs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+from rq.utils import utcformat
+
+from kumiko_jobs.keys import Keys
+from kumiko_jobs.outcomes import Outcome
+from kumiko_jobs.scripts import FinishAndClaimArgs, PromoteArgs, argv, scripts_for
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job a worker took from its lane: raw hash fields, decoded by execution.run_claimed."""
+
+    job_id: str
+    data: bytes
+    meta_raw: bytes
+
+
+@dataclass(frozen=True)
+class Finished:
+    """An attempt whose outcome Redis is to be told."""
+
+    job_id: str
+    member: str  # its lease member in the started registry ('' when already taken out)
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who claims the next job, and the lease it gets."""
+
+    worker: str
+    execution_id: str
+    deadline: float
+
+
+def finish_and_claim(
+    client: redis.Redis, keys: Keys, lane: str, finished: Finished | None = None, claim: Claim | None = None
+) -> ClaimedJob | None:
+    """Tell Redis how an attempt ended and/or claim the next job, in one round trip."""
+    now = datetime.now(UTC)
+    outcome = finished.outcome if finished else None
+    release = outcome.release if outcome else None
+    args = FinishAndClaimArgs(
+        now=now.timestamp(),
+        now_iso=utcformat(now),
+        worker=claim.worker if claim else "",
+        deadline=claim.deadline if claim else 0.0,
+        job_id=finished.job_id if finished else "",
+        kind=outcome.kind if outcome else "",
+        member=finished.member if finished else "",
+        ttl=outcome.ttl if outcome else 0,
+        retry_at=outcome.retry_at if outcome else 0.0,
+        meta=outcome.meta if outcome else "",
+        exc_info=outcome.exc_info if outcome else b"",
+        claim="1" if claim else "",
+        execution_id=claim.execution_id if claim else "",
+        lane_prefix=keys.lane(lane),
+        flow=release.flow if release else "",
+        limit_keys=release.limit_keys if release else "",
+        current_flow=release.current_flow if release else "",
+    )
+    raw = scripts_for(client).finish_and_claim(
+        keys=[
+            keys.started(lane),
+            keys.finished(lane),
+            keys.failed(lane),
+            keys.scheduled(lane),
+            keys.active,
+            keys.queue(lane),
+        ],
+        args=argv(args),
+    )
+    if not raw:
+        return None
+    return ClaimedJob(job_id=raw[0].decode(), data=raw[1], meta_raw=raw[2])
+
+
+def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) -> float | None:
+    """Queue delayed jobs that are due (and sweep stock RQ pushes); return the next due time."""
+    now = time.time()
+    args = PromoteArgs(
+        now=now, limit=limit, now_iso=utcformat(datetime.now(UTC)), lane_prefix=keys.lane(lane)
+    )
+    _count, next_due = scripts_for(client).promote(
+        keys=[keys.scheduled(lane), keys.queue(lane)], args=argv(args)
+    )
+    return float(next_due) if next_due is not None else None

@@ -1,0 +1,180 @@
+-- Shared helpers of every lane script. Prepended after the key helpers (keys.py) and the flow
+-- grammar (flows.py). P is a lane's key prefix ("<prefix>:<lane>:").
+
+-- Make sure an idle worker blocked on the lane's wake list gets up.
+local function arm(P)
+  if redis.call('LLEN', wake_key(P)) == 0 then redis.call('RPUSH', wake_key(P), '1') end
+end
+
+local function running_count(P, flow)
+  return tonumber(redis.call('HGET', running_key(P), counter_of(flow)) or '0')
+end
+
+-- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
+local function push_flow(P, flow, id, front)
+  if front then redis.call('LPUSH', flow_key(P, flow), id) else redis.call('RPUSH', flow_key(P, flow), id) end
+  if redis.call('HGET', state_key(P), flow) then return end
+  local cap = cap_of(flow)
+  if cap and running_count(P, flow) >= cap then
+    redis.call('HSET', state_key(P), flow, PARKED)
+  else
+    -- New flows first: an idle flow that gets work is served next.
+    redis.call('LPUSH', ring_key(P), flow)
+    redis.call('HSET', state_key(P), flow, IN_RING)
+    arm(P)
+  end
+end
+
+-- Ids pushed onto the plain RQ list by stock RQ code (its scheduler, the dashboard's requeue):
+-- route them to their flows.
+local function sweep(P, plain, max)
+  local n = 0
+  for _ = 1, max do
+    local id = redis.call('LPOP', plain)
+    if not id then break end
+    local flow = redis.call('HGET', job_key(id), 'kumiko_flow') or NO_TENANT_FLOW
+    redis.call('HSET', job_key(id), 'status', 'queued')
+    push_flow(P, flow, id, false)
+    n = n + 1
+  end
+  return n
+end
+
+-- Put a parked capped flow back in the ring when its scope is below the cap again.
+local function unpark(P, flow)
+  local cap = cap_of(flow)
+  if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
+  if running_count(P, flow) >= cap then return end
+  if redis.call('LLEN', flow_key(P, flow)) > 0 then
+    redis.call('RPUSH', ring_key(P), flow)
+    redis.call('HSET', state_key(P), flow, IN_RING)
+    arm(P)
+  else
+    redis.call('HDEL', state_key(P), flow)
+  end
+end
+
+-- A capped flow's slot frees: count it and unpark the flow (and the job's current flow, if a
+-- deploy changed the cap since this run was queued).
+local function release(P, flow, current)
+  if not cap_of(flow) then return end
+  if redis.call('HINCRBY', running_key(P), counter_of(flow), -1) <= 0 then
+    redis.call('HDEL', running_key(P), counter_of(flow))
+  end
+  unpark(P, flow)
+  if current ~= '' and current ~= flow then unpark(P, current) end
+end
+
+-- Count a run in each of its skip limits, or refuse it: returns the 1-based index of the limit
+-- that is full (nothing counted then), or nil.
+local function admit(active, limit_keys, limits)
+  local caps = {}
+  for v in each_line(limits) do caps[#caps + 1] = tonumber(v) end
+  local i, taken = 0, {}
+  for key in each_line(limit_keys) do
+    i = i + 1
+    if redis.call('HINCRBY', active, key, 1) > caps[i] then
+      redis.call('HINCRBY', active, key, -1)
+      for _, k in ipairs(taken) do redis.call('HINCRBY', active, k, -1) end
+      return i
+    end
+    taken[#taken + 1] = key
+  end
+  return nil
+end
+
+-- A run stops counting in its skip limits (it finished, failed finally, or was dropped).
+local function forget_limits(active, limit_keys)
+  for key in each_line(limit_keys) do
+    if redis.call('HINCRBY', active, key, -1) <= 0 then redis.call('HDEL', active, key) end
+  end
+end
+
+-- concurrency="replace": the waiting runs of a flow will never run. Returns their ids.
+local function drop_waiting(P, active, flow)
+  local dropped = {}
+  for _, old in ipairs(redis.call('LRANGE', flow_key(P, flow), 0, -1)) do
+    forget_limits(active, redis.call('HGET', job_key(old), 'kumiko_lk'))
+    redis.call('HSET', job_key(old), 'status', 'canceled')
+    redis.call('EXPIRE', job_key(old), 86400)
+    dropped[#dropped + 1] = old
+  end
+  redis.call('DEL', flow_key(P, flow))
+  return dropped
+end
+
+-- Record how an attempt ended (kinds: see scripts.py). The caller has taken the run out of the
+-- started registry. R: the registries {finished, failed, scheduled, active}.
+local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_info, flow, limit_keys, current)
+  if flow ~= '' then release(P, flow, current) end
+  if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
+  local jk = job_key(id)
+  if redis.call('EXISTS', jk) == 0 then return end  -- deleted behind our back: nothing to record
+  if kind == 'ok' then
+    redis.call('HSET', jk, 'status', 'finished', 'ended_at', now_iso)
+    redis.call('EXPIRE', jk, ttl)
+    redis.call('ZADD', R.finished, now + ttl, id)
+  elseif kind == 'failed' then
+    redis.call('HSET', jk, 'status', 'failed', 'ended_at', now_iso, 'exc_info', exc_info)
+    if meta ~= '' then redis.call('HSET', jk, 'meta', meta) end
+    redis.call('EXPIRE', jk, ttl)
+    redis.call('ZADD', R.failed, now + ttl, id)
+  elseif kind == 'retry' then
+    redis.call('HSET', jk, 'status', 'scheduled', 'meta', meta)
+    redis.call('ZADD', R.scheduled, retry_at, id)
+  elseif kind == 'requeue' then
+    redis.call('HSET', jk, 'status', 'queued', 'meta', meta)
+    push_flow(P, flow ~= '' and flow or (redis.call('HGET', jk, 'kumiko_flow') or NO_TENANT_FLOW), id, false)
+  end
+end
+
+-- Serve the ring: pop one id from the head flow and rotate, parking a capped flow at its cap.
+-- Registers the claimed run as started under lease member id..':'..execution. Returns
+-- {id, data, meta} or false when the lane is idle.
+local function claim(P, started, plain, deadline, now_iso, worker, execution)
+  local ring = ring_key(P)
+  for _ = 1, 32 do
+    local flow = redis.call('LINDEX', ring, 0)
+    if not flow then
+      -- Idle lane: pick up anything stock RQ pushed onto the plain list, then look once more.
+      if sweep(P, plain, 100) == 0 then return false end
+      flow = redis.call('LINDEX', ring, 0)
+    end
+    local cap = cap_of(flow)
+    local running = cap and redis.call('HINCRBY', running_key(P), counter_of(flow), 1) or 0
+    if cap and running > cap then
+      -- At its cap (e.g. the cap was lowered): park it, pop nothing.
+      redis.call('HINCRBY', running_key(P), counter_of(flow), -1)
+      redis.call('LPOP', ring)
+      redis.call('HSET', state_key(P), flow, PARKED)
+    else
+      local id = redis.call('LPOP', flow_key(P, flow))
+      if not id then
+        if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
+        redis.call('LPOP', ring)
+        redis.call('HDEL', state_key(P), flow)
+      else
+        if redis.call('LLEN', flow_key(P, flow)) == 0 then
+          redis.call('LPOP', ring)
+          redis.call('HDEL', state_key(P), flow)
+        elseif cap and running >= cap then
+          redis.call('LPOP', ring)
+          redis.call('HSET', state_key(P), flow, PARKED)
+        else
+          redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+          arm(P)  -- chain-wake: more work is waiting for an idle worker
+        end
+        local f = redis.call('HMGET', job_key(id), 'data', 'meta')
+        if f[1] then
+          redis.call('ZADD', started, deadline, id .. ':' .. execution)
+          redis.call('HSET', job_key(id), 'status', 'started', 'started_at', now_iso, 'worker_name', worker,
+                     'last_heartbeat', now_iso)
+          return {id, f[1], f[2] or ''}
+        end
+        -- The hash vanished while queued (deleted or expired): free the slot, take the next.
+        if cap then release(P, flow, '') end
+      end
+    end
+  end
+  return false
+end

@@ -1,0 +1,42 @@
+-- Admit and queue (or schedule) one job atomically with its gates (scripts.EnqueueArgs).
+-- KEYS: 1 job hash, 2 scheduled zset, 3 active-limits hash. ARGV: EnqueueArgs, then the
+-- field/value pairs of the job hash. Returns {'q', dropped ids...} | {'d'} | {'s', limit index}
+-- | {'b', pending job id}.
+local unique, run_at, P, flow, limit_keys, limits, replace, debounce_key, debounce_seconds, now =
+  ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9]),
+  tonumber(ARGV[10])
+local FIELDS = 11
+local job, scheduled, active = KEYS[1], KEYS[2], KEYS[3]
+local id = string.sub(job, #job_key('') + 1)
+
+if unique == '1' and redis.call('EXISTS', job) == 1 then return {'d'} end
+if debounce_key ~= '' then
+  local pending = redis.call('GET', debounce_key)
+  if pending and redis.call('HGET', job_key(pending), 'status') == 'scheduled' then
+    -- Trailing-edge debounce: the pending run takes the newest payload and waits again.
+    for i = FIELDS, #ARGV, 2 do
+      if ARGV[i] == 'data' or ARGV[i] == 'description' then
+        redis.call('HSET', job_key(pending), ARGV[i], ARGV[i + 1])
+      end
+    end
+    redis.call('ZADD', scheduled, now + debounce_seconds, pending)
+    return {'b', pending}
+  end
+end
+local refused = admit(active, limit_keys, limits)
+if refused then return {'s', refused} end
+
+redis.call('HSET', job, unpack(ARGV, FIELDS))
+local out = {'q'}
+if replace == '1' then
+  for _, old in ipairs(drop_waiting(P, active, flow)) do out[#out + 1] = old end
+end
+if debounce_key ~= '' then
+  redis.call('SET', debounce_key, id, 'PX', math.floor(debounce_seconds * 2000) + 1000)
+end
+if run_at > 0 then
+  redis.call('ZADD', scheduled, run_at, id)
+else
+  push_flow(P, flow, id, false)
+end
+return out

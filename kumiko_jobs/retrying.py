@@ -1,0 +1,46 @@
+"""Retrying a failed run by hand (the admin's action, ``manage.py jobs``): a new run that points
+at the one it retries, with the same job, tenant, payload and correlation id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kumiko_jobs.definitions import wrapped_job
+from kumiko_jobs.dispatching import DispatchResult, prepare, submit
+from kumiko_jobs.exceptions import NotRetryable
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.registry import registry
+from kumiko_jobs.scheduling.specs import is_zone_wrapper
+from kumiko_jobs.tenancy import user_id_of
+
+RETRY_TRIGGER = "retry"
+
+
+def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
+    """Dispatch a failed run again. A fan-out wrapper's retry enqueues only the tenants its
+    original did not reach (their children's ids derive from the original's); a failed child
+    is retried on its own, for its tenant.
+
+    Raises NotRetryable for a run that did not fail, UnknownJob if the job is gone.
+    """
+    if run.status != RunStatus.FAILED:
+        raise NotRetryable(f"Run {run.pk} of {run.job_name!r} is {run.status}; only failed runs are retried.")
+    target = wrapped_job(run.job_name)
+    definition = registry.get(target or run.job_name)
+    if target and is_zone_wrapper(definition, run.trigger_name):
+        raise NotRetryable(
+            f'Run {run.pk} is one time zone\'s share of a tz="tenant" tick of {target!r}; which '
+            "tenants it covered is not recorded. Retry its failed tenant runs one by one, or "
+            f"`manage.py jobs trigger {target} --tenant T` for a tenant it missed."
+        )
+    prepared = prepare(
+        definition,
+        run.payload,
+        tenant_id=run.tenant_id,
+        user_id=user_id_of(user),
+        correlation_id=run.correlation_id or None,
+        trigger_name=RETRY_TRIGGER,
+        retry_of=run.pk,
+        fanout_of=(run.fanout_of or run.job_id) if target else "",
+    )
+    return submit([prepared])[0]

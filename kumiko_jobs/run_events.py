@@ -1,0 +1,53 @@
+"""What is said when an attempt ends: one process log line per attempt (never the payload).
+
+Called by the outcome policy after the run's record is written, in the process where the
+attempt ended.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from kumiko_jobs.jobdata import JobMeta
+
+logger = logging.getLogger("kumiko_jobs.runs")
+_LEVELS = {"failed": logging.ERROR, "retried": logging.WARNING}
+
+
+def attempt_ended(
+    meta: JobMeta,
+    job_id: str,
+    outcome: str,
+    *,
+    started_at: datetime | None = None,
+    final: bool = False,
+    error: str | None = None,
+) -> None:
+    """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt."""
+    level = _LEVELS.get(outcome, logging.WARNING if error else logging.INFO)
+    if not logger.isEnabledFor(level):
+        return
+    duration_ms = (datetime.now(UTC) - started_at).total_seconds() * 1000 if started_at else None
+    logger.log(
+        level,
+        "%s %s run=%s tenant=%s attempt=%d/%d %s%s",
+        outcome,
+        meta.job_name,
+        meta.run_id,
+        meta.tenant_id or "-",
+        meta.attempt,
+        meta.max_attempts,
+        f"{duration_ms:.1f}ms" if duration_ms is not None else "-",
+        f" error={error}" if error else "",
+        extra={
+            "job": meta.job_name,
+            "job_id": job_id,
+            "run_id": meta.run_id,
+            "tenant": meta.tenant_id,
+            "attempt": meta.attempt,
+            "final": final,
+            "outcome": outcome,
+            "duration_ms": duration_ms,
+        },
+    )

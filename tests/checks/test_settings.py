@@ -1,0 +1,60 @@
+"""Settings checks: every KUMIKO_JOBS key a worker reads is validated, one id per rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import Error
+from django.core.checks import Warning as CheckWarning
+
+from kumiko_jobs.checks import check_settings
+
+
+@pytest.mark.parametrize(
+    ("override", "code", "fragment"),
+    [
+        ({"QUEUE_PREFIX": "bad prefix!"}, "kumiko_jobs.E018", "QUEUE_PREFIX"),
+        ({"ACTIVE_TENANTS": "nowhere.tenants"}, "kumiko_jobs.E019", "ACTIVE_TENANTS"),
+        ({"USER_TENANT": 42}, "kumiko_jobs.E019", "it is not callable"),
+        ({"TENANT_MODEL": "demo.Nope"}, "kumiko_jobs.E020", "TENANT_MODEL"),
+        ({"TENANT_MODEL": "no_dot"}, "kumiko_jobs.E020", "TENANT_MODEL"),
+        ({"RESULT_TTL": 0}, "kumiko_jobs.E021", "RESULT_TTL"),
+        ({"REDIS_TIMEOUT": float("inf")}, "kumiko_jobs.E021", "REDIS_TIMEOUT"),
+        ({"TENANT_CACHE_SECONDS": "60"}, "kumiko_jobs.E021", "TENANT_CACHE_SECONDS"),
+        ({"RUNNING_MARK_DELAY": -1}, "kumiko_jobs.E027", "RUNNING_MARK_DELAY"),
+        ({"HEARTBEAT_INTERVAL": 20, "ABANDON_AFTER": 30}, "kumiko_jobs.E028", "twice HEARTBEAT_INTERVAL"),
+        ({"AUDIT_WINDOW": 0}, "kumiko_jobs.E029", "AUDIT_WINDOW"),
+        ({"AUDIT_WINDOW": 1.5}, "kumiko_jobs.E029", "AUDIT_WINDOW"),
+        ({"ABANDONED_RETRIES": "x"}, "kumiko_jobs.E030", "ABANDONED_RETRIES"),
+        ({"ABANDONED_RETRIES": -1}, "kumiko_jobs.E030", "ABANDONED_RETRIES"),
+        ({"JOB_MODULE": "my jobs"}, "kumiko_jobs.E031", "JOB_MODULE"),
+        ({"JOB_MODULE": None}, "kumiko_jobs.E031", "JOB_MODULE"),
+        ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
+    ],
+)
+def test_each_rule_reports_its_id(settings: Any, override: dict[str, Any], code: str, fragment: str) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, **override}
+    messages = check_settings()
+    assert [m.id for m in messages] == [code]
+    assert fragment in messages[0].msg and messages[0].hint
+    assert isinstance(messages[0], CheckWarning if code.endswith("W001") else Error)
+
+
+def test_message_and_hint_are_exact(settings: Any) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "AUDIT_WINDOW": 0}
+    assert check_settings() == [
+        Error(
+            "KUMIKO_JOBS['AUDIT_WINDOW'] = 0 must be whole seconds >= 1.",
+            hint=(
+                "One escape-hatch audit row is written per job, tenant and kind per window; "
+                "the default is 60."
+            ),
+            id="kumiko_jobs.E029",
+        )
+    ]
+
+
+def test_defaults_pass(settings: Any) -> None:
+    settings.KUMIKO_JOBS = {}
+    assert check_settings() == []

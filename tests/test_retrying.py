@@ -1,0 +1,50 @@
+"""Retrying failed runs by hand: a new run linked to the original; a wrapper's retry reaches
+only the tenants its original did not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.exceptions import NotRetryable
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.retrying import retry_failed
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_retry_is_a_new_run_pointing_at_the_failed_one(tenants: list[Any]) -> None:
+    failed = JobRun.objects.get(pk=dispatch("tests.unrecoverable", {"x": 1}, tenant=tenants[0]).run_id)
+    drain()
+    failed.refresh_from_db()
+    result = retry_failed(failed)
+    retry = JobRun.objects.get(pk=result.run_id)
+    assert (retry.retry_of, retry.trigger_name, retry.payload) == (failed.pk, "retry", {"x": 1})
+    assert (retry.tenant_id, retry.correlation_id) == (failed.tenant_id, failed.correlation_id)
+
+
+def test_only_failed_runs_are_retried(tenants: list[Any]) -> None:
+    run = JobRun.objects.get(pk=dispatch("tests.record", {}, tenant=tenants[0]).run_id)
+    with pytest.raises(NotRetryable, match="is queued; only failed runs"):
+        retry_failed(run)
+
+
+def test_retried_wrapper_enqueues_only_the_tenants_the_original_missed(
+    settings: Any, tenants: list[Any], traces: Any, monkeypatch: Any
+) -> None:
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "tests.testapp.tenants.fails_midway_once",
+    }
+    monkeypatch.setattr("kumiko_jobs.fanout.BATCH", 1)  # the first tenant is enqueued before the failure
+    wrapper = dispatch("tests.per_tenant", {})
+    assert drain() == {"failed": 1, "succeeded": 1}
+    original = JobRun.objects.get(pk=wrapper.run_id)
+    assert original.status == RunStatus.FAILED
+    retry_failed(original)
+    drain()
+    assert sorted(e["tenant"] for e in traces("per_tenant")) == sorted(str(t.pk) for t in tenants)
+    assert JobRun.objects.filter(job_name="tests.per_tenant").count() == len(tenants)

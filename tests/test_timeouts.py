@@ -1,0 +1,60 @@
+"""Job timeouts (SIGALRM) leave an outer interval timer, such as pytest-timeout's, working."""
+
+from __future__ import annotations
+
+import signal
+import time
+from types import FrameType
+
+import pytest
+
+from kumiko_jobs.exceptions import JobTimeout
+from kumiko_jobs.timeouts import enforce_timeout
+
+
+class OuterTimer:
+    def __init__(self, seconds: float) -> None:
+        self.fired = 0
+        self.previous = signal.signal(signal.SIGALRM, self.handler)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        self.fired += 1
+
+    def close(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+@pytest.fixture
+def outer() -> OuterTimer:
+    # pytest-timeout (signal method) arms the same timer around each test: keep it out of the way.
+    saved = signal.getitimer(signal.ITIMER_REAL)
+    timer = OuterTimer(0.3)
+    yield timer
+    timer.close()
+    signal.setitimer(signal.ITIMER_REAL, *saved)
+
+
+def test_job_timeout_stops_the_handler() -> None:
+    with pytest.raises(JobTimeout, match=r"exceeded its timeout of 0\.05s"):
+        with enforce_timeout(0.05, "t.job"):
+            time.sleep(1)
+
+
+def test_outer_timer_is_rearmed_after_a_short_job(outer: OuterTimer) -> None:
+    with enforce_timeout(5, "t.job"):
+        time.sleep(0.01)
+    remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+    assert 0 < remaining <= 0.3
+    time.sleep(0.4)
+    assert outer.fired == 1
+
+
+def test_outer_timer_due_during_the_job_fires_and_the_job_timeout_still_holds(outer: OuterTimer) -> None:
+    with pytest.raises(JobTimeout):
+        with enforce_timeout(0.6, "t.job"):
+            time.sleep(0.45)
+            assert outer.fired == 1  # the outer deadline (0.3 s) passed inside the job
+            time.sleep(1)
+    assert outer.fired == 1
