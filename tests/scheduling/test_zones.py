@@ -107,3 +107,22 @@ def test_spread_gives_each_tenant_a_fixed_offset(declare: Any, make_leader: Any,
     assert all(0 <= offset < 600 for offset in offsets)
     assert len(set(offsets)) == len(offsets)  # spread, not all at once
     assert get_redis().zcard(get_keys().scheduled("worker")) == len(tenants)
+
+
+def test_an_operator_retry_of_a_zone_wrapper_is_refused(declare: Any, make_leader: Any, tenants: Any) -> None:
+    from kumiko_jobs.exceptions import NotRetryable
+    from kumiko_jobs.models import RunStatus
+    from kumiko_jobs.retrying import retry_failed
+
+    set_zones({str(tenants[0].pk): "Asia/Tokyo"})
+    refresh_tenant_zones()
+    declare("t.morning", trigger=cron("0 7 * * *", tz="tenant"), per_tenant=True)
+    leader = make_leader(utc(2025, 6, 1))
+    leader.run_until(utc(2025, 6, 2))
+    wrapper = JobRun.objects.filter(job_name="_per_tenant:t.morning").first()
+    assert wrapper is not None
+    JobRun.objects.filter(pk=wrapper.pk).update(status=RunStatus.FAILED, finished_at=wrapper.queued_at)
+    wrapper.refresh_from_db()
+
+    with pytest.raises(NotRetryable, match=r"one time zone's share of a tz=\"tenant\" tick of 't.morning'"):
+        retry_failed(wrapper)
