@@ -20,7 +20,7 @@ from django.db import router, transaction
 from django.utils import timezone
 
 from kumiko_jobs import faults, records
-from kumiko_jobs.conf import get_config
+from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
@@ -303,9 +303,11 @@ def push_after_commit(prepared: Sequence[PreparedJob]) -> None:
         pushed = push(prepared)
     except QueueUnavailable as exc:
         logger.warning(
-            "kumiko_jobs: %d committed run(s) wait for Redis (%s); they are pushed when it is back",
+            "kumiko_jobs: %d committed run(s) wait for Redis (%s: %s); a worker pushes them from "
+            "their records when it answers again",
             len(prepared),
-            exc,
+            redis_description(),
+            exc.__cause__ or exc,
         )
         return
     records.safe(record_pushes, prepared, pushed, rows_exist=True)

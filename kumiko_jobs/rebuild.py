@@ -110,9 +110,8 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
 
 
 def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
-    """The outbox: push committed runs whose own push after commit did not happen."""
-    if not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
-        return 0
+    """The outbox: push committed runs whose own push after commit did not happen (one query on
+    a partial index that holds only such runs; usually empty)."""
     cutoff = datetime.now(UTC) - timedelta(seconds=OUTBOX_GRACE)
     rows = list(
         JobRun.objects.filter(owned_by(keys), pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
@@ -120,7 +119,8 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
         .order_by("queued_at")
         .only(*ROW_FIELDS)[:BATCH]
     )
-    if not rows:
+    # One worker of the lane pushes them (the pushes are unique either way).
+    if not rows or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
         return 0
     return repush(client, rows, admit=True)
 
