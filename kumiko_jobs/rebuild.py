@@ -163,12 +163,16 @@ def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
     try:
         state = RebuildState.decode(state_raw) if state_raw else None
         if state is None or state.epoch != epoch:
-            # Runs recorded from now on are pushed by their dispatch; older ones may be lost.
-            margin = timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
-            state = RebuildState(epoch, datetime.now(UTC) - margin, RunStatus.QUEUED, None)
-            logger.warning(
-                "kumiko_jobs: Redis lost its data (new epoch); rebuilding lane %s from records", lane
-            )
+            # Runs recorded from now on reach this Redis through their own push; older ones
+            # may have been lost with the old dataset.
+            state = RebuildState(epoch, datetime.now(UTC), RunStatus.QUEUED, None)
+            client.set(keys.rebuild_state(lane), state.encode())
+            logger.warning("kumiko_jobs: Redis lost its data (new epoch); rebuilding lane %s", lane)
+        # Pushes in flight when the loss was noticed land or time out within REDIS_TIMEOUT:
+        # wait that long, so a row whose push is still on its way is not pushed a second time.
+        settle = timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
+        if datetime.now(UTC) < state.started + settle:
+            return 0
         pushed = _rebuild_batch(client, keys, lane, state)
         if state.status == "":
             client.set(keys.rebuilt(lane), epoch)

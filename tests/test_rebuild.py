@@ -69,6 +69,12 @@ def test_lane_is_rebuilt_from_records_after_redis_lost_its_data(
     JobRun.objects.update(updated_at=timezone.now() - timedelta(minutes=5))
     # Redis restarts empty: every key of the deployment is gone, limits and epoch included.
     redis_client.delete(*redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
+    assert rebuild_step(redis_client, keys, "worker") == 0  # noticed: waits for pushes in flight
+    state = redis_client.get(keys.rebuild_state("worker"))
+    assert state is not None
+    past = (timezone.now() - timedelta(seconds=30)).isoformat()
+    epoch, _started, rest = state.decode().split("|", 2)
+    redis_client.set(keys.rebuild_state("worker"), f"{epoch}|{past}|{rest}")  # that time has passed
     pushed = 0
     for _ in range(10):
         pushed += rebuild_step(redis_client, keys, "worker")
