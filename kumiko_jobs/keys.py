@@ -30,6 +30,7 @@ STATE_SUFFIX = "st"  # hash flow -> state of flows that hold work (see flows.py)
 RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
+BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
@@ -40,6 +41,7 @@ local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
+local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
 """
 
 
@@ -107,6 +109,9 @@ class Keys:
     def wake(self, lane: str) -> str:
         return f"{self.lane(lane)}{WAKE_SUFFIX}"
 
+    def broken_flows(self, lane: str) -> str:
+        return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
     # Our own keys ------------------------------------------------------------------------
     @property
     def active(self) -> str:
@@ -129,6 +134,24 @@ class Keys:
     def repair_mark(self, lane: str) -> str:
         """Where the stale-run repair resumes: ``<updated_at iso>|<run pk>``."""
         return f"{self.prefix}:{lane}:repair-mark"
+
+    @property
+    def epoch(self) -> str:
+        """A random value set once per Redis dataset: gone or changed means Redis lost its data."""
+        return f"{self.prefix}:epoch"
+
+    def rebuilt(self, lane: str) -> str:
+        """The epoch this lane was last rebuilt from records for (rebuild.py)."""
+        return f"{self.prefix}:{lane}:rebuilt"
+
+    def rebuild_state(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:rebuild-state"
+
+    def rebuild_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:rebuild-lock"
+
+    def outbox_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:outbox-lock"
 
     def audit_window(self, job_name: str, tenant_id: str, kind: str, window_start: int) -> str:
         """Set by the process that inserts an escape-hatch audit row for this window."""

@@ -37,6 +37,9 @@ class PreparedJob:
     gates: Gates
     run_at: float = 0.0
     unique: bool = False
+    # False: the run's skip limits are counted already (a job Redis lost behind kumiko's back
+    # is pushed again from its record without counting it twice).
+    admit: bool = True
 
     @property
     def always_queued(self) -> bool:
@@ -233,12 +236,13 @@ def _args(p: PreparedJob, now: float) -> list[Any]:
         run_at=p.run_at,
         lane_prefix=get_keys().lane(p.lane),
         flow=g.flow,
-        limit_keys=g.limit_keys,
-        limits=flows.join_values(g.limits),
+        limit_keys=g.limit_keys if p.admit else "",
+        limits=flows.join_values(g.limits) if p.admit else "",
         replace="1" if g.replace else "0",
         debounce_key=g.debounce_key,
         debounce_seconds=g.debounce_seconds,
         now=now,
+        restore="" if p.admit else "1",
     )
     return argv(args, *p.fields)
 

@@ -71,6 +71,9 @@ def new_run_row(
         updated_at=queued_at,
         retry_of=retry_of,
         fanout_of=meta.fanout_of,
+        # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
+        # its push is in flight); that one path clears this until its push after commit.
+        pushed_at=queued_at,
     )
 
 
@@ -388,13 +391,6 @@ def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
     )
 
 
-def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str) -> None:
-    """Rows committed with the caller's transaction whose push failed: make the loss visible."""
-    JobRun.objects.filter(pk__in=run_ids).update(
-        status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {error}"
-    )
-
-
 def delete_unpushed(run_id: uuid.UUID) -> None:
     """Undo the row of a dispatch whose push failed, so QueueUnavailable leaves nothing behind."""
     JobRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).delete()
@@ -435,3 +431,28 @@ def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
     JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
         status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
     )
+
+
+def status_of(run_id: str) -> str | None:
+    """The run's recorded status (None without a row)."""
+    return JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def mark_pushed(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:
+    """Runs recorded before their push (inside a transaction) are in Redis now."""
+    if run_ids:
+        JobRun.objects.filter(pk__in=list(run_ids), pushed_at__isnull=True).update(pushed_at=now)
+
+
+def run_of_job(job_id: str) -> tuple[str, str | None] | None:
+    """(job name, tenant id) of the run recorded for this job id."""
+    return JobRun.objects.filter(job_id=job_id).values_list("job_name", "tenant_id").first()
+
+
+def mark_pushed_again(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:
+    """Runs Redis had lost, pushed again from their records: a "running" one waits again (its
+    worker is gone); the others keep their state."""
+    if run_ids:
+        JobRun.objects.filter(pk__in=list(run_ids), status=RunStatus.RUNNING).update(
+            status=RunStatus.QUEUED, worker="", updated_at=now
+        )
