@@ -106,7 +106,7 @@ class JobMeta:
                 cap_defers=int(d.get("cd", 0)),
                 fanout_of=_text(d.get("fo", ""), 100),
                 scheduled_at=None if d.get("at") is None else float(d["at"]),
-                zone=_text(d.get("zone", ""), 100),
+                zone=_text(d.get("zone", ""), 64),
             )
             if (
                 meta.attempt < 1

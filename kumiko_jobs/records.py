@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -71,6 +71,8 @@ def new_run_row(
         updated_at=queued_at,
         retry_of=retry_of,
         fanout_of=meta.fanout_of,
+        scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
+        zone=meta.zone,
         # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
         # its push is in flight); that one path clears this until its push after commit.
         pushed_at=queued_at,
@@ -119,12 +121,12 @@ def insert_claiming(rows: Sequence[JobRun]) -> set[str]:
     return inserted
 
 
-def unstarted(job_ids: Iterable[str]) -> set[str]:
-    """Of these job ids, those whose run is queued and has never started: recorded by a push
-    that may not have reached Redis (the pusher crashed or lost its lease in between)."""
+def unpushed(job_ids: Iterable[str]) -> set[str]:
+    """Of these job ids, those whose run was recorded before its push and is still waiting for
+    it (``pushed_at`` unset: the pusher crashed or lost its lease in between)."""
     return set(
         JobRun.objects.filter(
-            job_id__in=list(job_ids), status=RunStatus.QUEUED, started_at__isnull=True, attempt=1
+            job_id__in=list(job_ids), status=RunStatus.QUEUED, pushed_at__isnull=True
         ).values_list("job_id", flat=True)
     )
 

@@ -10,7 +10,6 @@ from kumiko_jobs.dispatching import DispatchResult, prepare, submit
 from kumiko_jobs.exceptions import NotRetryable
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
-from kumiko_jobs.scheduling.specs import is_zone_wrapper
 from kumiko_jobs.tenancy import user_id_of
 
 RETRY_TRIGGER = "retry"
@@ -27,12 +26,6 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         raise NotRetryable(f"Run {run.pk} of {run.job_name!r} is {run.status}; only failed runs are retried.")
     target = wrapped_job(run.job_name)
     definition = registry.get(target or run.job_name)
-    if target and is_zone_wrapper(definition, run.trigger_name):
-        raise NotRetryable(
-            f'Run {run.pk} is one time zone\'s share of a tz="tenant" tick of {target!r}; which '
-            "tenants it covered is not recorded. Retry its failed tenant runs one by one, or "
-            f"`manage.py jobs trigger {target} --tenant T` for a tenant it missed."
-        )
     prepared = prepare(
         definition,
         run.payload,
@@ -42,5 +35,8 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         trigger_name=RETRY_TRIGGER,
         retry_of=run.pk,
         fanout_of=(run.fanout_of or run.job_id) if target else "",
+        # A retried cron run keeps its tick; a tz="tenant" zone wrapper its zone's tenants.
+        scheduled_at=run.scheduled_at.timestamp() if run.scheduled_at else None,
+        zone=run.zone,
     )
     return submit([prepared])[0]

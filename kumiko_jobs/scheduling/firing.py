@@ -2,11 +2,11 @@
 
 A tick's run row has a job id derived from (job, tick time) (specs.py), and the run table's
 unique job id is the arbiter: the leader inserts the rows of the ticks it is about to push
-(INSERT ... ON CONFLICT DO NOTHING RETURNING) and pushes those it inserted. A row that already
-exists was either pushed (it is running, finished, or waiting in Redis) or was recorded by a
-push that never reached Redis (its leader crashed or lost its lease in between): only a row that
-is still queued and has never started is pushed again, with ``unique`` so a copy already waiting
-in Redis is not duplicated. Whether a tick ran is never read from a Redis hash that expires.
+(INSERT ... ON CONFLICT DO NOTHING RETURNING), unpushed (``pushed_at`` unset), and pushes those
+it inserted. A row that already exists was either pushed (it is running, finished, or waiting in
+Redis) or is still waiting for its push (its leader crashed or lost its lease in between): only
+such a row is pushed again, ``unique`` (the outbox, rebuild.push_waiting, may push it too).
+Whether a tick ran is never read from a Redis hash that expires.
 
 The push itself is fenced (``push_watched`` on the lease key) and moves the schedules' cursors
 in the same Redis transaction, so a tick is pushed and marked handled together, or neither.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import redis
 from redis.client import Pipeline
@@ -81,6 +82,8 @@ def fire(
     client = client or get_redis()
     keys = get_keys()
     prepared = [prepare_tick(tick, keys) for tick in ticks]
+    for p in prepared:
+        p.row.pushed_at = None  # recorded before the push: see the module docstring
     pending = _claim(prepared)
 
     def select(pipe: Pipeline) -> Selection | None:
@@ -99,6 +102,7 @@ def fire(
     kept = [(p, o) for p, o in zip(pushed, outcomes, strict=True) if o.status != "duplicate"]
     if kept:
         records.safe(record_pushes, [p for p, _ in kept], [o for _, o in kept], rows_exist=True)
+    records.safe(records.mark_pushed, [p.row.id for p in pushed], now=datetime.now(UTC))
     return True
 
 
@@ -109,5 +113,5 @@ def _claim(prepared: Sequence[PreparedJob]) -> list[PreparedJob]:
         return []
     inserted = records.insert_claiming([p.row for p in prepared])
     others = {p.job_id for p in prepared} - inserted
-    adopted = records.unstarted(others) if others else set()
+    adopted = records.unpushed(others) if others else set()
     return [p for p in prepared if p.job_id in inserted or p.job_id in adopted]

@@ -52,12 +52,6 @@ def lane_schedules(lane: str) -> list[Schedule]:
     return [s for d in registry.all() if d.lane == lane for s in schedules_of(d)]
 
 
-def is_zone_wrapper(definition: JobDefinition, trigger_name: str) -> bool:
-    """Is a wrapper run of ``definition`` with this trigger one zone's share of a tz="tenant"
-    tick? Its tenants are that zone's at tick time, which its run record does not keep."""
-    return trigger_name == TICK_TRIGGER and any(s.tenant_local for s in schedules_of(definition))
-
-
 def _digest(text: str, size: int) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:size]
 

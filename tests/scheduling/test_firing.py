@@ -32,12 +32,15 @@ def test_a_leader_that_lost_its_lease_pushes_nothing(
     tick_id = tick_job_id(get_keys(), "t.minutely", utc(2025, 1, 1, 12, 1))
     assert not redis_client.exists(get_keys().job(tick_id))
     # "a" had recorded the tick before its push was refused: the new leader pushes that row.
-    assert JobRun.objects.get(job_id=tick_id).status == RunStatus.QUEUED
+    waiting = JobRun.objects.get(job_id=tick_id)
+    assert (waiting.status, waiting.pushed_at) == (RunStatus.QUEUED, None)
     fresh.run_until(START + 60)
     drain()
 
     assert [t["job_id"] for t in traces("tick")] == [tick_id]
-    assert JobRun.objects.get(job_id=tick_id).status == RunStatus.SUCCEEDED
+    done = JobRun.objects.get(job_id=tick_id)
+    assert done.status == RunStatus.SUCCEEDED and done.pushed_at is not None
+    assert done.scheduled_at is not None and done.scheduled_at.timestamp() == utc(2025, 1, 1, 12, 1)
 
 
 def test_dedup_does_not_depend_on_redis_retention(

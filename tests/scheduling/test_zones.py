@@ -109,20 +109,39 @@ def test_spread_gives_each_tenant_a_fixed_offset(declare: Any, make_leader: Any,
     assert get_redis().zcard(get_keys().scheduled("worker")) == len(tenants)
 
 
-def test_an_operator_retry_of_a_zone_wrapper_is_refused(declare: Any, make_leader: Any, tenants: Any) -> None:
-    from kumiko_jobs.exceptions import NotRetryable
+def test_a_zone_wrapper_rebuilt_or_retried_from_its_record_keeps_its_zone(
+    declare: Any, make_leader: Any, tenants: Any, traces: Any, redis_client: Any
+) -> None:
     from kumiko_jobs.models import RunStatus
+    from kumiko_jobs.rebuild import repush
     from kumiko_jobs.retrying import retry_failed
 
-    set_zones({str(tenants[0].pk): "Asia/Tokyo"})
+    set_zones({str(tenants[0].pk): "Asia/Tokyo", str(tenants[1].pk): "Asia/Tokyo"})
     refresh_tenant_zones()
     declare("t.morning", trigger=cron("0 7 * * *", tz="tenant"), per_tenant=True)
     leader = make_leader(utc(2025, 6, 1))
     leader.run_until(utc(2025, 6, 2))
-    wrapper = JobRun.objects.filter(job_name="_per_tenant:t.morning").first()
-    assert wrapper is not None
-    JobRun.objects.filter(pk=wrapper.pk).update(status=RunStatus.FAILED, finished_at=wrapper.queued_at)
-    wrapper.refresh_from_db()
+    tokyo = JobRun.objects.get(job_name="_per_tenant:t.morning", zone="Asia/Tokyo")
+    assert tokyo.scheduled_at is not None
 
-    with pytest.raises(NotRetryable, match=r"one time zone's share of a tz=\"tenant\" tick of 't.morning'"):
-        retry_failed(wrapper)
+    # Redis lost the wrapper before it ran: pushed again from its record, it reaches Tokyo only.
+    redis_client.delete(get_keys().job(tokyo.job_id))
+    assert repush(redis_client, [tokyo], admit=True) == 1
+    drain()
+    reached = sorted(
+        t["tenant"] for t in traces("tick") if t["scheduled_at"] == tokyo.scheduled_at.isoformat()
+    )
+    assert reached == sorted([str(tenants[0].pk), str(tenants[1].pk)])
+
+    # An operator's retry of a failed zone wrapper reaches the zone's tenants it missed, once.
+    JobRun.objects.filter(pk=tokyo.pk).update(status=RunStatus.FAILED, finished_at=tokyo.queued_at)
+    missed = JobRun.objects.get(job_name="t.morning", tenant_id=str(tenants[1].pk))
+    missed.delete()  # as if the wrapper had failed before reaching this tenant
+    redis_client.delete(get_keys().job(missed.job_id))
+    tokyo.refresh_from_db()
+    retry = retry_failed(tokyo)
+    drain()
+
+    again = [t["tenant"] for t in traces("tick") if t["scheduled_at"] == tokyo.scheduled_at.isoformat()]
+    assert sorted(again) == sorted([str(tenants[0].pk), str(tenants[1].pk), str(tenants[1].pk)])
+    assert JobRun.objects.get(pk=retry.run_id).zone == "Asia/Tokyo"
