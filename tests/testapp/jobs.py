@@ -308,6 +308,8 @@ def chaos_work(payload: dict[str, Any], ctx: JobContext) -> None:
     _ledger("start", ctx)
     time.sleep(float(payload.get("ms", 5)) / 1000)
     _ledger("end", ctx)
+
+
 # --- schedules and boot (tests/integration/test_schedules.py, test_boot.py) -------------------
 # Opt-in per process: a schedule declared here would fire in every test's workers. A runjobs
 # subprocess started with KUMIKO_TEST_SCHEDULES="every_second,boot_job" declares those.
