@@ -21,7 +21,6 @@ _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 HOOKS = ("ACTIVE_TENANTS", "USER_TENANT", "TENANT_ACTIVATOR", "TENANT_TIMEZONE")
 POSITIVE_NUMBERS = (
     "REDIS_TIMEOUT",
-    "RESULT_TTL",
     "FAILURE_TTL",
     "ABANDON_AFTER",
     "HEARTBEAT_INTERVAL",
@@ -33,6 +32,7 @@ POSITIVE_NUMBERS = (
     "ORPHAN_GRACE",
     "TENANT_ZONE_REFRESH",
     "BOOT_GATE_WARN_AFTER",
+    "STUCK_AFTER",
 )
 Problem = tuple[str, str, str]  # message, hint, id suffix
 
@@ -109,6 +109,15 @@ def _positive_numbers(config: dict[str, Any]) -> Iterator[Problem]:
             )
 
 
+def _result_ttl(config: dict[str, Any]) -> Iterator[Problem]:
+    if not is_int_at_least(config["RESULT_TTL"], 0):
+        yield (
+            f"KUMIKO_JOBS['RESULT_TTL'] = {config['RESULT_TTL']!r} must be a whole number of seconds >= 0.",
+            "0 (the default) deletes a succeeded job from Redis at once; its run record stays.",
+            "E033",
+        )
+
+
 def _running_mark_delay(config: dict[str, Any]) -> Iterator[Problem]:
     delay = config["RUNNING_MARK_DELAY"]
     if not is_number_above(delay, 0, inclusive=True):
@@ -171,6 +180,7 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _hooks,
     _tenant_model,
     _positive_numbers,
+    _result_ttl,
     _running_mark_delay,
     _lease,
     _audit_window,
