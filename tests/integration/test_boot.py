@@ -84,3 +84,34 @@ def test_defer_in_a_gate_fails_the_start_up(start_worker: Any) -> None:
 
     assert worker.wait(30) == BOOT_GATE_FAILED
     assert "boot gate tests.gate_defer failed: DeferralError:" in worker.output()
+
+
+def test_a_supervisor_passes_the_gates_once_before_its_children_start(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, traces: Any
+) -> None:
+    from kumiko_jobs.connection import get_keys
+
+    env = {"KUMIKO_TEST_SCHEDULES": "gate_ok,boot_job"}
+    supervisor = start_worker("worker", "--processes", "2", env=env, wait=False)
+    assert "boot gate" not in supervisor.output()
+    names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+    wait_until(
+        lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
+    )
+    wait_until(lambda: traces("boot_job"), 10, "the boot job")
+
+    assert len(traces("gate_ok")) == 1  # in the supervisor, not again in each child
+    assert JobRun.objects.filter(job_name="tests.gate_ok", trigger_name="boot_gate").count() == 1
+    assert len(traces("boot_job")) == 1
+
+
+def test_a_supervisor_whose_gate_fails_starts_no_child(start_worker: Any, traces: Any) -> None:
+    supervisor = start_worker(
+        "worker", "--processes", "2", env={"KUMIKO_TEST_SCHEDULES": "gate_fail"}, wait=False
+    )
+
+    assert supervisor.wait(30) == BOOT_GATE_FAILED
+    assert "boot gate tests.gate_fail failed: RuntimeError: schema is behind: run migrations" in (
+        supervisor.output().splitlines()
+    )
+    assert len(traces("gate_fail")) == 1

@@ -145,3 +145,18 @@ def test_jobs_list_json_gives_next_fire_times(worker_env: dict[str, str]) -> Non
     assert next_fire.utcoffset() is not None and next_fire.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
     assert before < next_fire.timestamp() <= time.time() + 1
     assert listed["tests.record"]["next_fire_at"] is None
+
+
+def test_supervised_processes_with_threads_run_each_tick_once(
+    start_worker: Any, traces: Any, redis_client: Any, kumiko_prefix: str
+) -> None:
+    supervisor = start_worker("worker", "--processes", "2", "--threads", "2", env=EVERY_SECOND, wait=False)
+    names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+    wait_until(
+        lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
+    )
+
+    wait_until(lambda: len(tick_seconds()) >= 8, 30, "8 ticks")
+    supervisor.stop()
+
+    assert_each_tick_once(traces)
