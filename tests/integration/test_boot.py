@@ -92,8 +92,7 @@ def test_a_supervisor_passes_the_gates_once_before_its_children_start(
     from kumiko_jobs.connection import get_keys
 
     env = {"KUMIKO_TEST_SCHEDULES": "gate_ok,boot_job"}
-    supervisor = start_worker("worker", "--processes", "2", env=env, wait=False)
-    assert "boot gate" not in supervisor.output()
+    start_worker("worker", "--processes", "2", env=env, wait=False)
     names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
     wait_until(
         lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
