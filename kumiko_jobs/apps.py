@@ -13,5 +13,7 @@ class KumikoJobsConfig(AppConfig):
 
         from kumiko_jobs import checks  # noqa: F401  (registers the system checks)
         from kumiko_jobs.conf import get_config
+        from kumiko_jobs.scrubbing import install_log_filter
 
+        install_log_filter()
         autodiscover_modules(get_config()["JOB_MODULE"])

@@ -52,6 +52,12 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # Largest payload dispatch() accepts, as encoded JSON: a job hash lives in Redis memory and
     # its row in the run table, so large data belongs in storage and its id in the payload.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Dotted path to (text) -> text applied to error text, tracebacks and ctx.log lines before
+    # they are stored or logged (scrubbing.py); None stores them as they are.
+    "SCRUBBER": "kumiko_jobs.scrubbing.scrub_text",
+    # Copy ctx.log lines (scrubbed) to the "kumiko_jobs.jobs" logger too; they always land on
+    # the run record. Off by default: job lines can be many, and the record is their home.
+    "LOG_JOB_LINES": False,
 }
 
 

@@ -163,7 +163,14 @@ def prepare(
         meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at, retry_of=retry_of
     )
     return PreparedJob(
-        job_id=jid, lane=definition.lane, fields=fields, row=row, gates=gates, run_at=run_at, unique=unique
+        job_id=jid,
+        lane=definition.lane,
+        fields=fields,
+        row=row,
+        gates=gates,
+        meta=meta,
+        run_at=run_at,
+        unique=unique,
     )
 
 

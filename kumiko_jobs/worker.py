@@ -26,6 +26,7 @@ from kumiko_jobs.db_connections import opened_connections
 from kumiko_jobs.execution import run_claimed
 from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
 from kumiko_jobs.leases import Heartbeat, reap
+from kumiko_jobs.observability import flush_telemetry
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
@@ -80,6 +81,9 @@ class LaneWorker(SimpleWorker):
             logger.exception("kumiko_jobs: lost Redis; worker %s stops", self.name)
             raise
         finally:
+            # SIGTERM and --max-jobs end here: export the spans and metrics an SDK still holds
+            # (first, so a lost Redis below cannot skip it).
+            flush_telemetry()
             self._heartbeat.stop()
             self._marker.stop()
             self.client.srem(self.keys.claimers(self.lane), self.name)
