@@ -22,7 +22,6 @@ def scrub_raises(text: str) -> str:
 @pytest.mark.parametrize(
     ("override", "code", "fragment"),
     [
-        ({"REDIS_URL": "http://x"}, "kumiko_jobs.E013", "is not a Redis URL"),
         ({"QUEUE_PREFIX": "bad prefix!"}, "kumiko_jobs.E018", "QUEUE_PREFIX"),
         ({"ACTIVE_TENANTS": "nowhere.tenants"}, "kumiko_jobs.E019", "ACTIVE_TENANTS"),
         ({"USER_TENANT": 42}, "kumiko_jobs.E019", "it is not callable"),

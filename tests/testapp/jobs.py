@@ -290,10 +290,10 @@ def breaks_connection(payload: dict[str, Any], ctx: JobContext) -> None:
 
 # Fake personal data and secrets the scrubber must remove.
 SECRET_TEXT = (
-    "mail ann@example.com, header Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig, "  # noqa: S105
+    "mail ann@example.com, header Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig, "
     "dsn postgres://app:hunter2@db.internal:5432/prod, card 4111 1111 1111 1111"
 )
-FAKE_TOKEN = "Bearer abcdefgh12345678"  # noqa: S105
+FAKE_TOKEN = "Bearer abcdefgh12345678"
 
 
 @job(name="tests.raise_secret")

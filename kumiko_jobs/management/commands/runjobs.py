@@ -9,7 +9,7 @@ import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kumiko_jobs import worker_logging
-from kumiko_jobs.conf import redis_url
+from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_redis
 from kumiko_jobs.definitions import LANES
 
@@ -49,8 +49,8 @@ class Command(BaseCommand):
             get_redis().ping()
         except redis.RedisError as exc:
             raise CommandError(
-                f"Redis at {worker_logging.redacted(redis_url())} is not reachable ({exc}). "
-                "Start Redis or set KUMIKO_JOBS['REDIS_URL']."
+                f"Redis at {redis_description()} is not reachable ({exc}). "
+                "Start Redis or set KUMIKO_JOBS['REDIS']."
             ) from exc
         worker = LaneWorker(options["lane"], name=options["name"], schedule=not options["no_scheduler"])
         # RQ's own start-up lines repeat our banner; they show at -v 3 only.
