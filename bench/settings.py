@@ -5,6 +5,8 @@ The database comes from DATABASE_URL as in project.settings; ``python -m bench``
 temporary SQLite file (or the PostgreSQL database it was given) before Django starts.
 """
 
+import os
+
 from project.settings import *  # noqa: F403
 from project.settings import INSTALLED_APPS, KUMIKO_JOBS
 
@@ -15,3 +17,17 @@ KUMIKO_JOBS = {**KUMIKO_JOBS, "ACTIVE_TENANTS": "bench.benchapp.tenants.active_t
 
 # DEBUG keeps every SQL statement in connection.queries: a per-job cost no deployment pays.
 DEBUG = False
+
+# The bench's own telemetry (bench/observability.py): none by default, so the other sections
+# measure kumiko_jobs with the OpenTelemetry API only (no SDK). KUMIKO_BENCH_OTEL=sdk installs
+# the SDK's tracer and meter providers with no exporter (what an SDK costs by itself).
+DEMO_TELEMETRY = {"traces": "none", "metrics": "none"}
+if os.environ.get("KUMIKO_BENCH_OTEL") == "sdk":
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+    # A reader, so instruments aggregate as they would for an exporter; it is never collected.
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
