@@ -40,7 +40,7 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "observability")
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,20 @@ class Plan:
     commands: int
     tenancy: Sizes
     peers: PeerSizes
+    # Observability compares sides a few percent apart: more rounds for a steadier median.
+    observability_rounds: int = 1
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
 FULL = Plan(
-    dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL, peers=PEERS_FULL
+    dispatch=3000,
+    rounds=3,
+    worker=2000,
+    fork=400,
+    commands=500,
+    tenancy=TENANCY_FULL,
+    peers=PEERS_FULL,
+    observability_rounds=5,
 )
 QUICK = Plan(
     dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK, peers=PEERS_QUICK
@@ -207,6 +216,15 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
         )
+    if "observability" in sections:
+        from bench.observability import measure_observability
+
+        rounds = plan.observability_rounds
+        console.log(f"observability: {rounds} rounds of runjobs x {plan.worker}, with and without the SDK")
+        rates, ratios, note = measure_observability(env, plan.worker, rounds)
+        report.rates += rates
+        report.ratios += ratios
+        report.notes.append(note)
     if "peers" in sections:
         from bench.peer_rates import measure_peers
 

@@ -19,15 +19,12 @@ KUMIKO_JOBS = {**KUMIKO_JOBS, "ACTIVE_TENANTS": "bench.benchapp.tenants.active_t
 DEBUG = False
 
 # The bench's own telemetry (bench/observability.py): none by default, so the other sections
-# measure kumiko_jobs with the OpenTelemetry API only (no SDK). KUMIKO_BENCH_OTEL=sdk installs
-# the SDK's tracer and meter providers with no exporter (what an SDK costs by itself).
+# measure kumiko_jobs with the OpenTelemetry API only (no SDK). KUMIKO_BENCH_OTEL in a child:
+# "sdk" installs the SDK's tracer and meter providers with no exporter (no span processor, no
+# metric reader: what `OTEL_TRACES_EXPORTER=none` gives); "export" adds a batch span processor
+# whose exporter drops the spans and a metric reader that aggregates (in-process export costs).
 DEMO_TELEMETRY = {"traces": "none", "metrics": "none"}
-if os.environ.get("KUMIKO_BENCH_OTEL") == "sdk":
-    from opentelemetry import metrics, trace
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
+if os.environ.get("KUMIKO_BENCH_OTEL") in ("sdk", "export"):
+    from bench.otel_sdk import install
 
-    trace.set_tracer_provider(TracerProvider())
-    # A reader, so instruments aggregate as they would for an exporter; it is never collected.
-    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    install(exporting=os.environ["KUMIKO_BENCH_OTEL"] == "export")

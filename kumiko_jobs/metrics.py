@@ -112,13 +112,21 @@ deferrals = meter.create_counter(
 )
 
 
+# Second of each job's last stamp: a busy job stamps once a second, not once a run (alerts on
+# the gauge think in minutes; an SDK spends microseconds per measurement).
+_stamped: dict[str, int] = {}
+
+
 def attempt_ended(job: str, outcome: str, duration: float | None, *, wrapper: bool = False) -> None:
     """Record a finished attempt: its duration, and the last success (not for fan-out wrappers:
     each tenant's child stamps the job instead)."""
     if duration is not None:
         run_duration.record(duration, {"job": job, "outcome": outcome})
     if outcome == "succeeded" and not wrapper:
-        last_success.set(time.time(), {"job": job})
+        now = time.time()
+        if _stamped.get(job) != int(now):
+            _stamped[job] = int(now)
+            last_success.set(now, {"job": job})
 
 
 def count_refused(prepared: Sequence[PreparedJob], pushed: Sequence[Pushed]) -> None:

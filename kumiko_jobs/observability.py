@@ -24,7 +24,7 @@ import contextvars
 import dataclasses
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -194,48 +194,61 @@ def _send_attributes(prepared: Sequence[PreparedJob]) -> Attributes:
 
 
 # Consumer side ---------------------------------------------------------------------------------
-@contextmanager
-def processing(meta: JobMeta, job_id: str, consumer_lane: str) -> Iterator[trace.Span | None]:
-    """The process span of one attempt (None without an SDK). The outcome policy marks it
-    failed (``record_failure``); the caller names the outcome (``record_outcome``)."""
+def processing(meta: JobMeta, job_id: str, consumer_lane: str) -> AbstractContextManager[trace.Span | None]:
+    """The process span of one attempt, current while it runs (None without an SDK). The outcome
+    policy marks it failed (``record_failure``); the caller names the outcome
+    (``record_outcome``). The run id and correlation id are on the send span; this one carries
+    the job id (``messaging.message.id``), which the admin finds too."""
     if not tracing_enabled():
-        yield None
-        return
-    parent, links = _parent_and_links(meta.trace)
-    first_delivery = meta.attempt == 1 and not (meta.defers or meta.cap_defers or meta.unknown_since)
-    if not first_delivery:
-        # A new trace linked to the send span, not a child of a span that ended long ago.
-        links = [*links, *(_links_to(parent))]
-        parent = otel_context.Context()
-    attributes: Attributes = {
-        MESSAGING_SYSTEM: SYSTEM,
-        MESSAGING_OPERATION_TYPE: PROCESS,
-        MESSAGING_OPERATION_NAME: PROCESS,
-        MESSAGING_DESTINATION_NAME: get_keys().queue_name(consumer_lane),
-        MESSAGING_MESSAGE_ID: job_id,
-        JOB_NAME: meta.job_name,
-        JOB_ATTEMPT: meta.attempt,
-        JOB_LANE: meta.lane,
-        CONSUMER_LANE: consumer_lane,
-        RUN_ID: meta.run_id,
-    }
-    if meta.tenant_id is not None:
-        attributes[TENANT_ID] = meta.tenant_id
-    if meta.correlation_id:
-        attributes[CORRELATION_ID] = meta.correlation_id
-    span = tracer.start_span(
-        _span_name(PROCESS, {consumer_lane}),
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        links=links,
-        attributes=attributes,
-    )
-    with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+        return _NOT_TRACED
+    return _Processing(meta, job_id, consumer_lane)
+
+
+_NOT_TRACED: AbstractContextManager[None] = nullcontext(None)
+
+
+class _Processing:
+    """A class, not a generator-based context manager: this is on every attempt's path."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, meta: JobMeta, job_id: str, consumer_lane: str) -> None:
+        parent, links = _parent_and_links(meta.trace)
+        if meta.attempt > 1 or meta.defers or meta.cap_defers or meta.unknown_since:
+            # Not the first delivery: a new trace linked to the send span, not a child of a
+            # span that ended long ago.
+            links = [*links, *_links_to(parent)]
+            parent = otel_context.Context()
+        queue = get_keys().queue_name(consumer_lane)
+        attributes: Attributes = {
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGING_OPERATION_TYPE: PROCESS,
+            MESSAGING_OPERATION_NAME: PROCESS,
+            MESSAGING_DESTINATION_NAME: queue,
+            MESSAGING_MESSAGE_ID: job_id,
+            JOB_NAME: meta.job_name,
+            JOB_ATTEMPT: meta.attempt,
+            JOB_LANE: meta.lane,
+            CONSUMER_LANE: consumer_lane,
+        }
+        if meta.tenant_id is not None:
+            attributes[TENANT_ID] = meta.tenant_id
+        self._span = tracer.start_span(
+            f"{PROCESS} {queue}", context=parent, kind=SpanKind.CONSUMER, links=links, attributes=attributes
+        )
+        self._token: object = None
+
+    def __enter__(self) -> trace.Span:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         try:
-            yield span
-        except Exception as exc:  # a bug of ours: the policy turns job errors into outcomes
-            _mark_error(span, exc, scrub(str(exc)))
-            raise
+            if isinstance(exc, Exception):  # a bug of ours: the policy turns job errors into outcomes
+                _mark_error(self._span, exc, scrub(str(exc)))
+        finally:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self._span.end()
 
 
 def record_outcome(span: trace.Span | None, outcome: str) -> None:

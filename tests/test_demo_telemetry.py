@@ -40,7 +40,8 @@ def test_request_send_and_process_share_one_trace(spans: InMemorySpanExporter, t
     assert send.parent is not None and send.parent.span_id == request.context.span_id
     assert process.parent is not None and process.parent.span_id == send.context.span_id
     run = JobRun.objects.get(pk=response.json()["run_id"])
-    assert dict(process.attributes or {})["kumiko.correlation_id"] == run.correlation_id
+    assert dict(send.attributes or {})["kumiko.correlation_id"] == run.correlation_id
+    assert dict(process.attributes or {})["messaging.message.id"] == run.job_id
 
 
 def test_span_line_is_one_json_line_per_span(spans: InMemorySpanExporter) -> None:

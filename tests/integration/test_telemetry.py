@@ -28,10 +28,11 @@ def worker_spans(worker: WorkerProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for line in worker.output().splitlines() if line.startswith('{"span"')]
 
 
-def post_note(slug: str) -> str:
+def post_note(slug: str) -> tuple[str, str]:
+    """The run id and job id of a note written through the demo's view."""
     response = Client().post(f"/demo/{slug}/notes/", {"text": "across processes"})
     assert response.status_code == 202
-    return str(response.json()["run_id"])
+    return str(response.json()["run_id"]), str(response.json()["job_id"])
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "max_jobs"])
@@ -46,7 +47,7 @@ def test_the_request_trace_continues_in_the_worker_and_is_flushed_when_it_stops(
     # A long export delay: the spans reach the output only because the worker flushes on exit.
     env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "600000"}
     worker = start_worker("worker", *args, env=env)
-    run_id = post_note(tenants[0].slug)
+    run_id, job_id = post_note(tenants[0].slug)
     [request] = finished(spans, SpanKind.SERVER)
     [send] = finished(spans, SpanKind.PRODUCER)
     wait_for_run(run_id)
@@ -58,7 +59,7 @@ def test_the_request_trace_continues_in_the_worker_and_is_flushed_when_it_stops(
     assert process["span"].startswith("process ") and process["span"].endswith(":worker")
     assert process["trace_id"] == f"{request.context.trace_id:032x}" == f"{send.context.trace_id:032x}"
     assert process["parent_id"] == f"{send.context.span_id:016x}"
-    assert process["attributes"]["kumiko.run_id"] == run_id
+    assert process["attributes"]["messaging.message.id"] == job_id
     assert process["attributes"]["kumiko.job.consumer_lane"] == "worker"
     assert process["status"] == "UNSET"
 
@@ -79,7 +80,7 @@ def test_a_worker_serves_its_metrics_for_prometheus(
         "OTEL_EXPORTER_PROMETHEUS_PORT": str(port),
     }
     start_worker("worker", env=env)
-    wait_for_run(post_note(tenants[0].slug))
+    wait_for_run(post_note(tenants[0].slug)[0])
 
     def scraped() -> str | None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
