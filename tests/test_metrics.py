@@ -132,7 +132,9 @@ def test_last_success_is_stamped_by_children_not_by_fan_out_wrappers(tenants: li
     dispatch("tests.per_tenant", {})
     drain()
     stamp = value("kumiko.jobs.last_success", job="tests.per_tenant")
-    assert stamp is not None and before <= stamp <= time.time()
+    # Stamped at most once a second per job: a success in the same second as an earlier one
+    # keeps the earlier stamp.
+    assert stamp is not None and before - 1 <= stamp <= time.time()
     assert not [p for p in points("kumiko.jobs.last_success") if str(p.attributes["job"]).startswith("_")]
     assert metric_unit("kumiko.jobs.last_success") == "s"
 
