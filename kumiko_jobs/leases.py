@@ -55,6 +55,7 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
 def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
     job_id = member.split(":", 1)[0]
     meta_raw = client.hget(keys.job(job_id), "meta")
+    job_name = "?"
     if meta_raw is None:
         # The job hash is gone (deleted, or lost): only its cap slot is given back here;
         # repair pushes the run again from its record.
@@ -65,6 +66,7 @@ def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
         except MalformedJob as exc:
             outcome = outcomes.malformed(job_id, None, exc)
         else:
+            job_name = meta.job_name
             outcome = _outcome_of_abandoned(job_id, meta)
     faults.crash_point("reap:after_record")
     args = ReapArgs(
@@ -95,7 +97,7 @@ def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
         )
     )
     if reaped:
-        logger.warning("kumiko_jobs: reaped abandoned job %s: %s", job_id, outcome.counted_as)
+        logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, job_name, outcome.counted_as)
     return reaped
 
 
@@ -126,13 +128,23 @@ def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
 
 
 class Heartbeat(threading.Thread):
-    """Keeps the worker key and the running job's lease alive while the handler runs."""
+    """Keeps the worker key and the leases of its running jobs (one per job thread) alive."""
 
     def __init__(self, client: redis.Redis, keys: Keys, lane: str, worker_key: str) -> None:
         super().__init__(name="kumiko-heartbeat", daemon=True)
         self.client, self.keys, self.lane, self.worker_key = client, keys, lane, worker_key
-        self.member = ""
+        self._members: set[str] = set()
+        self._lock = threading.Lock()
         self._stop_event = threading.Event()
+
+    def hold(self, member: str) -> None:
+        with self._lock:
+            self._members.add(member)
+
+    def release(self, member: str) -> None:
+        """Stop renewing a lease (the run ended, or its thread is stuck: let the reaper have it)."""
+        with self._lock:
+            self._members.discard(member)
 
     def run(self) -> None:
         config = get_config()
@@ -140,13 +152,12 @@ class Heartbeat(threading.Thread):
         script = scripts_for(self.client).heartbeat
         while not self._stop_event.wait(interval):
             args = HeartbeatArgs(
-                member=self.member,
-                deadline=time.time() + ttl,
-                worker_ttl=ttl,
-                now_iso=utcformat(datetime.now(UTC)),
+                deadline=time.time() + ttl, worker_ttl=ttl, now_iso=utcformat(datetime.now(UTC))
             )
+            with self._lock:
+                members = sorted(self._members)
             try:
-                script(keys=[self.keys.started(self.lane), self.worker_key], args=argv(args))
+                script(keys=[self.keys.started(self.lane), self.worker_key], args=argv(args, *members))
             except redis.RedisError:
                 logger.warning("kumiko_jobs: heartbeat failed; retrying", exc_info=True)
 

@@ -76,7 +76,8 @@ class PromoteArgs(NamedTuple):
 
 
 class HeartbeatArgs(NamedTuple):
-    member: str
+    """ARGV of lua/heartbeat.lua; the running jobs' lease members follow."""
+
     deadline: float
     worker_ttl: int
     now_iso: str

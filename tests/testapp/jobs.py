@@ -286,6 +286,51 @@ def breaks_connection(payload: dict[str, Any], ctx: JobContext) -> None:
     connection.connection.close()
 
 
+# --- chaos suite (tests/chaos/) ----------------------------------------------------------------
+
+
+def _ledger(event: str, ctx: JobContext) -> None:
+    """One line per start/end in a file (not Redis: the chaos suite wipes Redis)."""
+    path = os.environ.get("KUMIKO_CHAOS_LEDGER")
+    if not path:
+        return
+    line = f"{event} {ctx.run_id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)  # one write of < PIPE_BUF bytes with O_APPEND: never interleaved
+    finally:
+        os.close(fd)
+
+
+@job(name="tests.chaos_work")
+def chaos_work(payload: dict[str, Any], ctx: JobContext) -> None:
+    _ledger("start", ctx)
+    time.sleep(float(payload.get("ms", 5)) / 1000)
+    _ledger("end", ctx)
+
+
+# --- job threads (tests/integration/test_concurrency.py) -------------------------------------
+
+
+@job(name="tests.busy_loop", timeout=0.5, retries=1)
+def busy_loop(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Pure Python until told to stop: an asynchronous JobTimeout reaches it in a job thread."""
+    trace("busy_loop_start", **_ctx_fields(ctx))
+    end = time.monotonic() + float(payload.get("seconds", 30))
+    while time.monotonic() < end:
+        pass
+    trace("busy_loop_end", **_ctx_fields(ctx))
+
+
+@job(name="tests.stuck", timeout=0.5, retries=1)
+def stuck(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Blocked in C code (a first attempt only): no exception reaches it in a job thread."""
+    trace("stuck_start", **_ctx_fields(ctx))
+    if ctx.attempt == 1:
+        time.sleep(float(payload.get("seconds", 60)))
+    trace("stuck_end", **_ctx_fields(ctx))
+
+
 # --- scrubbing (tests/test_scrubbing.py, tests/test_observability.py) ---------------------------
 
 # Fake personal data and secrets the scrubber must remove.
