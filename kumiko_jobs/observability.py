@@ -77,7 +77,8 @@ Attributes = dict[str, str | int]
 
 def tracing_enabled() -> bool:
     """True when an SDK tracer provider is installed (only then are spans worth making)."""
-    return not isinstance(trace.get_tracer_provider(), _NO_TRACER)
+    # type() rather than isinstance(): these are ABCs, whose isinstance is several times slower.
+    return type(trace.get_tracer_provider()) not in _NO_TRACER
 
 
 # Correlation ---------------------------------------------------------------------------------
