@@ -98,7 +98,11 @@ class ScrubbingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.exc_info[1] is not None:
-            record.msg, record.args = scrub(record.getMessage()), None
+            try:
+                message = record.getMessage()
+            except Exception:  # arguments that do not fit the format: keep the format only
+                message = str(record.msg)
+            record.msg, record.args = scrub(message), None
             record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
         return True
