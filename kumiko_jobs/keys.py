@@ -31,6 +31,7 @@ RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
 BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
+QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
@@ -42,6 +43,7 @@ local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
 local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
+local function queued_key(P) return P .. '{QUEUED_SUFFIX}' end
 """
 
 
@@ -111,6 +113,10 @@ class Keys:
 
     def broken_flows(self, lane: str) -> str:
         return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
+    def queued_count(self, lane: str) -> str:
+        """How many ids the lane's flows hold, kept by the lane scripts (count_queued)."""
+        return f"{self.lane(lane)}{QUEUED_SUFFIX}"
 
     # Our own keys ------------------------------------------------------------------------
     @property

@@ -38,6 +38,7 @@ from kumiko_jobs.db_connections import opened_connections
 from kumiko_jobs.job_loop import JobLoop, nothing_due, start_threads
 from kumiko_jobs.lane import promote_due
 from kumiko_jobs.leases import Heartbeat, reap
+from kumiko_jobs.observability import flush_telemetry
 from kumiko_jobs.rebuild import push_waiting, rebuild_step
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
@@ -114,6 +115,9 @@ class LaneWorker(SimpleWorker):
         except StopRequested:
             pass
         finally:
+            # SIGTERM and --max-jobs end here: export the spans and metrics an SDK still holds
+            # (first, so a lost Redis below cannot skip it).
+            flush_telemetry()
             self.leases.stop()
             self.marker.stop()
             try:
