@@ -10,8 +10,10 @@ local function running_count(P, flow)
   return tonumber(redis.call('HGET', running_key(P), counter_of(flow)) or '0')
 end
 
--- The lane's count of ids held in its flows (queued depth, read in O(1) by metrics). Every
--- change to a flow list goes with one call here; an idle lane resets it (see claim).
+-- The lane's count of ids held in its flows (queued depth, read in O(1) by metrics). Every id
+-- added to a flow counts here; the ids workers claim are taken off in batches, once a second
+-- per worker process (lane.count_claims), so the per-job claim pays no extra command; an idle
+-- lane resets it (see claim), which heals any drift.
 local function count_queued(P, n)
   if n ~= 0 then redis.call('INCRBY', queued_key(P), n) end
 end
@@ -201,7 +203,6 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
       end
     end
     if id then
-      count_queued(P, -1)
       local f = redis.pcall('HMGET', job_key(id), 'data', 'meta')
       if type(f) == 'table' and not f.err and f[1] then
         redis.call('ZADD', started, deadline, id .. ':' .. execution)
