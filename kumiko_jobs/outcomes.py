@@ -180,19 +180,8 @@ def held_back(
     cap_defers: int,
 ) -> Outcome:
     """Put the run back without an attempt (over a cap lowered since it was queued)."""
-    now = datetime.now(UTC)
-    next_at = now + timedelta(milliseconds=delay_ms)
-    job_id = start.job_id
-    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
-    run_events.attempt_ended(meta, job_id, "requeued", deferral="over_cap")
     next_meta = dataclasses.replace(meta, cap_defers=cap_defers)
-    return Outcome(
-        "retry",
-        "requeued",
-        release_of(definition, meta),
-        meta=next_meta.to_json(),
-        retry_at=next_at.timestamp(),
-    )
+    return _requeued(definition, meta, next_meta, start, delay_ms / 1000, line, "over_cap")
 
 
 def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome:
@@ -209,14 +198,30 @@ def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome
         f"(gives up {config['UNKNOWN_JOB_GRACE']}s after first seen)."
     )
     line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
+    next_meta = dataclasses.replace(meta, unknown_since=first_seen)
+    return _requeued(None, meta, next_meta, start, delay, line, "unknown_job", error=message)
+
+
+def _requeued(
+    definition: JobDefinition | None,
+    meta: JobMeta,
+    next_meta: JobMeta,
+    start: records.Started,
+    delay: float,
+    line: LogLine,
+    reason: str,
+    *,
+    error: str | None = None,
+) -> Outcome:
+    """Back to its flow after ``delay`` seconds without consuming an attempt."""
+    now = datetime.now(UTC)
     next_at = now + timedelta(seconds=delay)
     records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
-    run_events.attempt_ended(meta, job_id, "requeued", error=message, deferral="unknown_job")
-    next_meta = dataclasses.replace(meta, unknown_since=first_seen)
+    run_events.attempt_ended(meta, start.job_id, "requeued", error=error, deferral=reason)
     return Outcome(
         "retry",
         "requeued",
-        release_of(None, meta),
+        release_of(definition, meta),
         meta=next_meta.to_json(),
         retry_at=next_at.timestamp(),
     )
