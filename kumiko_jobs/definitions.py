@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from django.tasks import Task
+
     from kumiko_jobs.context import JobContext
 
 Handler = Callable[[dict[str, Any], "JobContext"], Any]
@@ -157,6 +159,9 @@ class JobDefinition:
     escape_hatch: EscapeHatch | None = None
     max_defers: int = 20
     system_scope: bool = False
+    # A Django ``@task`` run as this job (task_jobs.py builds the definition; not an @job option):
+    # its runs wait in priority-ordered flows and ``func`` is the task runner.
+    task: Task[..., Any] | None = field(default=None, compare=False, repr=False)
     # Raw declared values the checks report on when normalisation was impossible.
     declared: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

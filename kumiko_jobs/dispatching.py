@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.db import router, transaction
@@ -120,12 +120,17 @@ def prepare(
     run_id: uuid.UUID | None = None,
     retry_of: uuid.UUID | None = None,
     fanout_of: str = "",
+    priority: int | None = None,
+    now: datetime | None = None,
 ) -> PreparedJob:
-    """Build a run's job hash fields and its row, from arguments already validated."""
+    """Build a run's job hash fields and its row, from arguments already validated.
+
+    ``priority`` orders a Django task's run in its flow; ``now`` is its queued time (default: now).
+    """
     config = get_config()
     keys = get_keys()
     run_id = run_id or uuid.uuid4()
-    now = timezone.now()
+    now = now or timezone.now()
     wrapper = definition.per_tenant and tenant_id is None
     job_name = wrapper_name(definition.name) if wrapper else definition.name
     gates = gates_for(definition, tenant_id, keys, wrapper=wrapper)
@@ -157,6 +162,7 @@ def prepare(
         failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
         max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
+        priority=priority,
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = records.new_run_row(

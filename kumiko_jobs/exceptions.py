@@ -70,3 +70,8 @@ class JobTimeout(KumikoJobsError):
 
 class MalformedJob(KumikoJobsError, ValueError):
     """Data popped from a queue could not be decoded into a kumiko job."""
+
+
+class TaskNotRun(KumikoJobsError):
+    """A Django task's run ended without an attempt of its own (it never reached Redis, was
+    refused at commit, or its job vanished); the run's error says which."""

@@ -7,6 +7,7 @@ name (flows.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kumiko_jobs import flows
@@ -31,6 +32,14 @@ class Gates:
 def gates_for(
     definition: JobDefinition, tenant_id: str | None, keys: Keys, *, wrapper: bool = False
 ) -> Gates:
+    gates = _gates_for(definition, tenant_id, keys, wrapper=wrapper)
+    if definition.task is not None:
+        # A Django task's runs wait in priority order: the same flow, kept ordered.
+        return dataclasses.replace(gates, flow=flows.ordered_flow(gates.flow))
+    return gates
+
+
+def _gates_for(definition: JobDefinition, tenant_id: str | None, keys: Keys, *, wrapper: bool) -> Gates:
     if wrapper:
         # A fan-out wrapper is bookkeeping; its children carry the job's gates.
         return Gates(flow=flows.tenant_flow(tenant_id))

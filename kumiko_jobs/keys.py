@@ -30,6 +30,7 @@ STATE_SUFFIX = "st"  # hash flow -> state of flows that hold work (see flows.py)
 RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
+SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
@@ -38,6 +39,7 @@ local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
+local function sequence_key(P) return P .. '{SEQUENCE_SUFFIX}' end
 """
 
 
@@ -100,6 +102,9 @@ class Keys:
 
     def wake(self, lane: str) -> str:
         return f"{self.lane(lane)}{WAKE_SUFFIX}"
+
+    def sequence(self, lane: str) -> str:
+        return f"{self.lane(lane)}{SEQUENCE_SUFFIX}"
 
     # Our own keys ------------------------------------------------------------------------
     @property

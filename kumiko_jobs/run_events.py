@@ -1,4 +1,5 @@
-"""What is said when an attempt ends: one process log line per attempt (never the payload).
+"""What is said when an attempt ends: one process log line per attempt (never the payload), and
+Django's ``task_finished`` for the runs of Django tasks (task_execution.py).
 
 Called by the outcome policy after the run's record is written, in the process where the
 attempt ended.
@@ -9,7 +10,9 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+from kumiko_jobs import task_execution
 from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.registry import registry
 
 logger = logging.getLogger("kumiko_jobs.runs")
 _LEVELS = {"failed": logging.ERROR, "retried": logging.WARNING}
@@ -23,8 +26,13 @@ def attempt_ended(
     started_at: datetime | None = None,
     final: bool = False,
     error: str | None = None,
+    exc: BaseException | None = None,
 ) -> None:
-    """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt."""
+    """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt; for a
+    Django task's run, send ``task_finished`` when it is final (``exc``: what failed it)."""
+    definition = registry.find(meta.job_name)
+    if definition is not None and definition.task is not None:
+        task_execution.attempt_ended(definition, meta, outcome, final=final, exc=exc)
     level = _LEVELS.get(outcome, logging.WARNING if error else logging.INFO)
     if not logger.isEnabledFor(level):
         return

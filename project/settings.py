@@ -118,5 +118,11 @@ RQ_QUEUES: dict[str, dict[str, Any]] = {
 # "auto": django-rq enqueues at once; kumiko_jobs does its own on-commit handling.
 RQ = {"COMMIT_MODE": "auto"}
 
+# Django's tasks framework on kumiko_jobs: a @task is a kumiko job, .enqueue() a kumiko run on
+# the lane its queue_name names ("default", a task without queue_name, is the worker lane).
+TASKS: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "kumiko_jobs.backends.KumikoTaskBackend", "QUEUES": ["worker", "api"]},
+}
+
 # No LOGGING: Django's default. runjobs gives itself timestamped output on stderr (-v 0..3);
 # a project that configures the kumiko_jobs logger keeps its own (worker_logging.py).

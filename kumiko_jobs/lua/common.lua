@@ -1,5 +1,6 @@
--- Shared helpers of every lane script. Prepended after the key helpers (keys.py) and the flow
--- grammar (flows.py). P is a lane's key prefix ("<prefix>:<lane>:").
+-- Shared helpers of every lane script. Prepended after the key helpers (keys.py), the flow
+-- grammar (flows.py) and the flow store (flow_store.lua). P is a lane's key prefix
+-- ("<prefix>:<lane>:").
 
 -- Make sure an idle worker blocked on the lane's wake list gets up.
 local function arm(P)
@@ -12,7 +13,7 @@ end
 
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
 local function push_flow(P, flow, id, front)
-  if front then redis.call('LPUSH', flow_key(P, flow), id) else redis.call('RPUSH', flow_key(P, flow), id) end
+  flow_add(P, flow, id, front)
   if redis.call('HGET', state_key(P), flow) then return end
   local cap = cap_of(flow)
   if cap and running_count(P, flow) >= cap then
@@ -45,7 +46,7 @@ local function unpark(P, flow)
   local cap = cap_of(flow)
   if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
   if running_count(P, flow) >= cap then return end
-  if redis.call('LLEN', flow_key(P, flow)) > 0 then
+  if flow_size(P, flow) > 0 then
     redis.call('RPUSH', ring_key(P), flow)
     redis.call('HSET', state_key(P), flow, IN_RING)
     arm(P)
@@ -93,7 +94,7 @@ end
 -- concurrency="replace": the waiting runs of a flow will never run. Returns their ids.
 local function drop_waiting(P, active, flow)
   local dropped = {}
-  for _, old in ipairs(redis.call('LRANGE', flow_key(P, flow), 0, -1)) do
+  for _, old in ipairs(flow_ids(P, flow)) do
     forget_limits(active, redis.call('HGET', job_key(old), 'kumiko_lk'))
     redis.call('HSET', job_key(old), 'status', 'canceled')
     redis.call('EXPIRE', job_key(old), 86400)
@@ -148,13 +149,13 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
       redis.call('LPOP', ring)
       redis.call('HSET', state_key(P), flow, PARKED)
     else
-      local id = redis.call('LPOP', flow_key(P, flow))
+      local id = flow_pop(P, flow)
       if not id then
         if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
         redis.call('LPOP', ring)
         redis.call('HDEL', state_key(P), flow)
       else
-        if redis.call('LLEN', flow_key(P, flow)) == 0 then
+        if flow_size(P, flow) == 0 then
           redis.call('LPOP', ring)
           redis.call('HDEL', state_key(P), flow)
         elseif cap and running >= cap then
