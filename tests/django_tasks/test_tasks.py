@@ -84,12 +84,12 @@ class TaskTestCase(TransactionTestCase):
 
     def test_enqueue_with_invalid_argument(self) -> None:
         with self.assertRaisesMessage(TypeError, "Unsupported type"):
-            test_tasks.noop_task.enqueue(datetime.now())  # noqa: DTZ005
+            test_tasks.noop_task.enqueue(datetime.now())
         self.assertFalse(JobRun.objects.exists())  # nothing half-written
 
     async def test_aenqueue_with_invalid_argument(self) -> None:
         with self.assertRaisesMessage(TypeError, "Unsupported type"):
-            await test_tasks.noop_task.aenqueue(datetime.now())  # noqa: DTZ005
+            await test_tasks.noop_task.aenqueue(datetime.now())
 
     def test_using_priority(self) -> None:
         self.assertEqual(test_tasks.noop_task.priority, 0)
@@ -155,7 +155,7 @@ class TaskTestCase(TransactionTestCase):
 
     def test_naive_datetime(self) -> None:
         with self.assertRaisesMessage(InvalidTask, "run_after must be an aware datetime."):
-            test_tasks.noop_task.using(run_after=datetime.now())  # noqa: DTZ005
+            test_tasks.noop_task.using(run_after=datetime.now())
 
     def test_invalid_priority(self) -> None:
         message = f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}."
