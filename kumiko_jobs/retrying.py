@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.dispatching import DispatchResult, prepare, submit
 from kumiko_jobs.exceptions import NotRetryable
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
+from kumiko_jobs.task_jobs import retry_placement
 from kumiko_jobs.tenancy import user_id_of
 
 RETRY_TRIGGER = "retry"
@@ -26,14 +29,20 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         raise NotRetryable(f"Run {run.pk} of {run.job_name!r} is {run.status}; only failed runs are retried.")
     target = wrapped_job(run.job_name)
     definition = registry.get(target or run.job_name)
+    payload, priority, now = run.payload, None, timezone.now()
+    if definition.task is not None:
+        # A Django task's run keeps the lane and priority .using() gave it.
+        definition, payload, priority = retry_placement(definition, run.lane, run.payload, now)
     prepared = prepare(
         definition,
-        run.payload,
+        payload,
         tenant_id=run.tenant_id,
         user_id=user_id_of(user),
         correlation_id=run.correlation_id or None,
         trigger_name=RETRY_TRIGGER,
         retry_of=run.pk,
         fanout_of=(run.fanout_of or run.job_id) if target else "",
+        priority=priority,
+        now=now,
     )
     return submit([prepared])[0]
