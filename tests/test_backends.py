@@ -117,7 +117,8 @@ def test_arguments_a_run_record_cannot_store_are_refused() -> None:
 
 def test_a_job_run_is_not_a_task_result() -> None:
     run = dispatch("tests.record", {"n": 1})
-    with pytest.raises(TaskResultDoesNotExist, match=r"is a run of job 'tests\.record', not of a Django task"):
+    message = r"is a run of job 'tests\.record', not of a Django task"
+    with pytest.raises(TaskResultDoesNotExist, match=message):
         default_task_backend.get_result(str(run.run_id))
 
 
