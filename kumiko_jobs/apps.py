@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 
 
 class KumikoJobsConfig(AppConfig):
@@ -13,10 +13,23 @@ class KumikoJobsConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from kumiko_jobs import checks  # noqa: F401  (registers the system checks)
+        # Importing the check modules registers the system checks.
+        from kumiko_jobs import checks, rq_guard  # noqa: F401
         from kumiko_jobs.conf import get_config
 
         autodiscover_modules(get_config()["JOB_MODULE"])
+        rq_guard.install()
+        if apps.is_installed("django_rq"):
+            from kumiko_jobs.dashboard import checks as dashboard_checks  # noqa: F401
+            from kumiko_jobs.dashboard import setup
+
+            setup.install()
+            if apps.is_installed("django.contrib.admin"):
+                import django_rq.admin  # noqa: F401  (registers django-rq's link, replaced next)
+
+                from kumiko_jobs.dashboard import admin as dashboard_admin
+
+                dashboard_admin.install()
         if uses_kumiko_task_backend():
             # Django @task functions become jobs when their module is imported: import them now,
             # so workers and the admin know them (others are imported on first use).

@@ -110,7 +110,6 @@ class KumikoTaskBackend(BaseTaskBackend):
             user_id=None,
             delay=delay_seconds(task.run_after - now) if task.run_after else 0.0,
             run_id=run_id,
-            priority=task.priority,
             now=now,
         )
         submit([prepared])

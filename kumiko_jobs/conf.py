@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from typing import Any
 
@@ -11,8 +10,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from kumiko_jobs.redis_target import InvalidRedisSetting, configured_value, mask_password, parse
+
 CONFIG_DEFAULTS: dict[str, Any] = {
-    # None means: env KUMIKO_REDIS_URL, then the local default.
+    # Where Redis is: a URL (redis://, rediss://, unix://, redis+sentinel://) or "cache:<alias>"
+    # (the pool of a django-redis cache); see redis_target.py. None: REDIS_URL, then env
+    # KUMIKO_REDIS_URL, then redis://127.0.0.1:6379/0.
+    "REDIS": None,
+    # The older name of REDIS, for URLs only; setting both is an error (kumiko_jobs.E102).
     "REDIS_URL": None,
     "QUEUE_PREFIX": "kumiko",
     # Dotted path to () -> iterable of tenant ids; needed by per_tenant jobs.
@@ -59,10 +64,17 @@ CONFIG_DEFAULTS: dict[str, Any] = {
 
 
 def redis_url() -> str:
-    value = get_config()["REDIS_URL"]
-    if value:
-        return str(value)
-    return os.environ.get("KUMIKO_REDIS_URL", "redis://127.0.0.1:6379/0")
+    """The Redis setting in force as written (a URL or "cache:<alias>"); may hold a password."""
+    return configured_value(get_config())[1]
+
+
+def redis_description() -> str:
+    """The Redis setting in force for messages: the URL without its password, or the cache."""
+    value = redis_url()
+    try:
+        return parse(value).describe()
+    except InvalidRedisSetting:
+        return mask_password(value)
 
 
 @cache

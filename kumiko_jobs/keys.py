@@ -30,15 +30,19 @@ STATE_SUFFIX = "st"  # hash flow -> state of flows that hold work (see flows.py)
 RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
+BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
 SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
+-- RQ's structures of a queue (keys.Keys.queue/scheduled/failed/finished/started).
+local function rq_key(kind, queue) return 'rq:' .. kind .. ':' .. queue end
 local function flow_key(P, flow) return P .. '{FLOW_SUFFIX}' .. flow end
 local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
+local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
 local function sequence_key(P) return P .. '{SEQUENCE_SUFFIX}' end
 """
 
@@ -58,6 +62,10 @@ class Keys:
 
     def queue_name(self, lane: str) -> str:
         return f"{self.prefix}:{lane}"
+
+    def lane_of_queue(self, queue_name: str) -> str | None:
+        """The lane whose RQ queue name this is under this prefix, or None."""
+        return next((lane for lane in LANES if self.queue_name(lane) == queue_name), None)
 
     # RQ structures of a lane -------------------------------------------------------------
     def queue(self, lane: str) -> str:
@@ -103,6 +111,9 @@ class Keys:
     def wake(self, lane: str) -> str:
         return f"{self.lane(lane)}{WAKE_SUFFIX}"
 
+    def broken_flows(self, lane: str) -> str:
+        return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
     def sequence(self, lane: str) -> str:
         return f"{self.lane(lane)}{SEQUENCE_SUFFIX}"
 
@@ -128,6 +139,24 @@ class Keys:
     def repair_mark(self, lane: str) -> str:
         """Where the stale-run repair resumes: ``<updated_at iso>|<run pk>``."""
         return f"{self.prefix}:{lane}:repair-mark"
+
+    @property
+    def epoch(self) -> str:
+        """A random value set once per Redis dataset: gone or changed means Redis lost its data."""
+        return f"{self.prefix}:epoch"
+
+    def rebuilt(self, lane: str) -> str:
+        """The epoch this lane was last rebuilt from records for (rebuild.py)."""
+        return f"{self.prefix}:{lane}:rebuilt"
+
+    def rebuild_state(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:rebuild-state"
+
+    def rebuild_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:rebuild-lock"
+
+    def outbox_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:outbox-lock"
 
     def audit_window(self, job_name: str, tenant_id: str, kind: str, window_start: int) -> str:
         """Set by the process that inserts an escape-hatch audit row for this window."""

@@ -23,6 +23,7 @@ class RunStatus(models.TextChoices):
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.DEFERRED)
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.DROPPED)
 
 
 class JobRun(models.Model):
@@ -58,10 +59,15 @@ class JobRun(models.Model):
     # A wrapper's children get job ids derived from this job id (a retried wrapper's from the
     # original's), so a retry enqueues only the tenants the original did not reach.
     fanout_of = models.CharField(max_length=100, blank=True, default="")
+    # When the run reached Redis. Unset only for a run recorded in a caller's transaction whose
+    # push after commit has not happened yet (rebuild.push_waiting finds those).
+    pushed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ("-queued_at",)
+        # Operators' access to django-rq's dashboard (every tenant's jobs): kumiko_jobs.dashboard.
+        permissions = (("use_rq_dashboard", "Can use the django-rq dashboard (jobs of every tenant)"),)
         # Every index costs each dispatch an insert into it: these serve the admin's filters
         # (lane is two values, so lane filters ride on the queued_at index).
         indexes = (
@@ -69,6 +75,12 @@ class JobRun(models.Model):
             models.Index(fields=("job_name", "status", "-queued_at"), name="kj_run_job_status"),
             models.Index(fields=("status", "-queued_at"), name="kj_run_status"),
             models.Index(fields=("-queued_at",), name="kj_run_queued_at"),
+            # Tiny: runs committed but not pushed yet (the outbox rebuild.push_waiting reads).
+            models.Index(
+                fields=("queued_at",),
+                name="kj_run_unpushed",
+                condition=Q(pushed_at__isnull=True, status="queued"),
+            ),
             # Small: only unfinished rows, for stale-run repair and "what is running now".
             models.Index(
                 fields=("status", "updated_at"),

@@ -71,6 +71,9 @@ def new_run_row(
         updated_at=queued_at,
         retry_of=retry_of,
         fanout_of=meta.fanout_of,
+        # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
+        # its push is in flight); that one path clears this until its push after commit.
+        pushed_at=queued_at,
     )
 
 
@@ -333,8 +336,8 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
 
 
 def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
-    """Queued runs that will never run (replaced); a run that already started is left alone."""
-    JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
+    """Waiting runs that will never run (replaced, canceled); a run that started is left alone."""
+    JobRun.objects.filter(job_id__in=list(job_ids), status__in=(RunStatus.QUEUED, RunStatus.DEFERRED)).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
     )
 
@@ -343,13 +346,6 @@ def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
     """A row written in the caller's transaction whose push a gate refused at commit time."""
     JobRun.objects.filter(pk=run_id).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued at commit: {reason}"
-    )
-
-
-def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str) -> None:
-    """Rows committed with the caller's transaction whose push failed: make the loss visible."""
-    JobRun.objects.filter(pk__in=run_ids).update(
-        status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {error}"
     )
 
 
@@ -386,3 +382,35 @@ def recorded_job_ids(job_ids: Iterable[str]) -> set[str]:
 def run_id_of(job_id: str) -> str | None:
     run_id = JobRun.objects.filter(job_id=job_id).values_list("pk", flat=True).first()
     return str(run_id) if run_id else None
+
+
+def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
+    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again."""
+    JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
+        status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
+    )
+
+
+def status_of(run_id: str) -> str | None:
+    """The run's recorded status (None without a row)."""
+    return JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def mark_pushed(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:
+    """Runs recorded before their push (inside a transaction) are in Redis now."""
+    if run_ids:
+        JobRun.objects.filter(pk__in=list(run_ids), pushed_at__isnull=True).update(pushed_at=now)
+
+
+def run_of_job(job_id: str) -> tuple[str, str | None] | None:
+    """(job name, tenant id) of the run recorded for this job id."""
+    return JobRun.objects.filter(job_id=job_id).values_list("job_name", "tenant_id").first()
+
+
+def mark_pushed_again(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:
+    """Runs Redis had lost, pushed again from their records: a "running" one waits again (its
+    worker is gone); the others keep their state."""
+    if run_ids:
+        JobRun.objects.filter(pk__in=list(run_ids), status=RunStatus.RUNNING).update(
+            status=RunStatus.QUEUED, worker="", updated_at=now
+        )

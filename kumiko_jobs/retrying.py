@@ -29,10 +29,10 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         raise NotRetryable(f"Run {run.pk} of {run.job_name!r} is {run.status}; only failed runs are retried.")
     target = wrapped_job(run.job_name)
     definition = registry.get(target or run.job_name)
-    payload, priority, now = run.payload, None, timezone.now()
+    payload, now = run.payload, timezone.now()
     if definition.task is not None:
         # A Django task's run keeps the lane and priority .using() gave it.
-        definition, payload, priority = retry_placement(definition, run.lane, run.payload, now)
+        definition, payload = retry_placement(definition, run.lane, run.payload, now)
     prepared = prepare(
         definition,
         payload,
@@ -42,7 +42,6 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         trigger_name=RETRY_TRIGGER,
         retry_of=run.pk,
         fanout_of=(run.fanout_of or run.job_id) if target else "",
-        priority=priority,
         now=now,
     )
     return submit([prepared])[0]

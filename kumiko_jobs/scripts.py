@@ -43,6 +43,7 @@ class EnqueueArgs(NamedTuple):
     debounce_key: str
     debounce_seconds: float
     now: float
+    restore: str  # '1': a lost hash of a run that may still wait in its flow (no second entry)
 
 
 class FinishAndClaimArgs(NamedTuple):
@@ -75,15 +76,46 @@ class PromoteArgs(NamedTuple):
 
 
 class HeartbeatArgs(NamedTuple):
-    member: str
+    """ARGV of lua/heartbeat.lua; the running jobs' lease members follow."""
+
     deadline: float
     worker_ttl: int
     now_iso: str
 
 
-class TakeAbandonedArgs(NamedTuple):
+class ReapArgs(NamedTuple):
+    """ARGV of lua/reap.lua: an abandoned run's lease member and how its attempt ends."""
+
     now: float
-    limit: int
+    now_iso: str
+    member: str
+    job_id: str
+    kind: str
+    ttl: int
+    retry_at: float
+    meta: str
+    exc_info: bytes
+    lane_prefix: str
+    flow: str
+    limit_keys: str
+    current_flow: str
+
+
+class CancelArgs(NamedTuple):
+    """ARGV of lua/cancel.lua; job ids follow."""
+
+    api_queue: str  # the lanes' queue names: a job of another prefix is refused
+    worker_queue: str
+    now_iso: str
+    ttl: int  # how long a canceled hash is kept (repair reads it)
+
+
+class RequeueArgs(NamedTuple):
+    """ARGV of lua/requeue.lua; (job id, limits) pairs follow."""
+
+    api_queue: str
+    worker_queue: str
+    now_iso: str
 
 
 def _source(name: str) -> str:
@@ -105,7 +137,9 @@ class LaneScripts:
         self.finish_and_claim: Script = client.register_script(_lane_script("finish_and_claim"))
         self.promote: Script = client.register_script(_lane_script("promote"))
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
-        self.take_abandoned: Script = client.register_script(_source("take_abandoned"))
+        self.reap: Script = client.register_script(_lane_script("reap"))
+        self.cancel: Script = client.register_script(_lane_script("cancel"))
+        self.requeue: Script = client.register_script(_lane_script("requeue"))
 
 
 @cache

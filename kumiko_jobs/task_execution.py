@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     from kumiko_jobs.definitions import JobDefinition
     from kumiko_jobs.jobdata import JobMeta
 
+    AnyResult = TaskResult[..., Any]
+
 logger = logging.getLogger("kumiko_jobs")
-AnyResult = TaskResult[..., Any]
 
 
 @dataclass

@@ -137,6 +137,13 @@ def envelope(task: AnyTask, args: list[Any], kwargs: dict[str, Any], enqueued_at
     }
 
 
+def task_priority(payload: Mapping[str, Any]) -> int:
+    """The priority a task's run waits with in its ordered flow (0 if the payload has none)."""
+    options = payload.get("task")
+    priority = options.get("priority") if isinstance(options, Mapping) else None
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+
+
 def decode_call(base: AnyTask, payload: Mapping[str, Any]) -> TaskCall:
     """The call a run's payload describes; ValueError if it is not a task's payload."""
     try:
@@ -158,15 +165,22 @@ def decode_call(base: AnyTask, payload: Mapping[str, Any]) -> TaskCall:
     return TaskCall(task, args, kwargs, datetime.fromisoformat(enqueued_at) if enqueued_at else None)
 
 
+def on_run_lane(definition: JobDefinition, lane: str) -> JobDefinition:
+    """The definition to push a recorded run with: a task's run keeps the lane its queue_name
+    chose (``.using(queue_name=...)``); a job's follows its declaration."""
+    if definition.task is None or lane == definition.lane or lane not in set(QUEUE_LANES.values()):
+        return definition
+    return dataclasses.replace(definition, lane=lane)
+
+
 def retry_placement(
     definition: JobDefinition, lane: str, payload: Mapping[str, Any], now: datetime
-) -> tuple[JobDefinition, dict[str, Any], int | None]:
-    """A retry of a task's run by hand: the same lane and priority, enqueued ``now``."""
-    on_lane = dataclasses.replace(definition, lane=lane) if lane in set(QUEUE_LANES.values()) else definition
+) -> tuple[JobDefinition, dict[str, Any]]:
+    """A retry of a task's run by hand: the same lane (and priority, in the payload), enqueued
+    ``now``."""
+    on_lane = on_run_lane(definition, lane)
     body = dict(payload)
     options = body.get("task")
-    priority = None
     if isinstance(options, dict):
         body["task"] = {**options, "enqueued_at": now.isoformat()}
-        priority = options.get("priority") if isinstance(options.get("priority"), int) else None
-    return on_lane, body, priority
+    return on_lane, body

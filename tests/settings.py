@@ -24,3 +24,15 @@ KUMIKO_JOBS = {
         if f"KUMIKO_TEST_{key}" in os.environ
     },
 }
+
+if os.environ.get("KUMIKO_TEST_REDIS_CACHE"):
+    # A worker of tests/integration/test_redis_cache.py: kumiko's Redis is a django-redis cache's
+    # pool (env: that cache's URL), not REDIS_URL.
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": os.environ["KUMIKO_TEST_REDIS_CACHE"],
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5},
+        }
+    }
+    KUMIKO_JOBS = {**KUMIKO_JOBS, "REDIS_URL": None, "REDIS": "cache:default"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -27,11 +27,16 @@ STATUS_COLORS: dict[str, str] = {
     RunStatus.QUEUED: "#64748b", RunStatus.RUNNING: "#2563eb", RunStatus.SUCCEEDED: "#15803d",
     RunStatus.FAILED: "#b91c1c", RunStatus.DEFERRED: "#b45309", RunStatus.DROPPED: "#6b7280",
 }  # fmt: skip
+# ModelAdmin is generic only in django-stubs (see audits.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobRun]
+else:
+    _ModelAdmin = admin.ModelAdmin
 BADGE = '<span style="background:{};color:#fff;border-radius:.6em;padding:0 .6em">{}</span>'
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin[JobRun]):
+class JobRunAdmin(_ModelAdmin):
     list_display = (
         "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "started_at", "finished_at",
         "duration",

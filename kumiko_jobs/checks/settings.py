@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 from django.apps import AppConfig, apps
 from django.core.checks import CheckMessage, Error, Tags, register
@@ -14,7 +13,7 @@ from django.core.checks import Warning as CheckWarning
 from django.utils.module_loading import import_string
 
 from kumiko_jobs.checks.values import is_int_at_least, is_number_above, is_positive_int
-from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config, redis_url
+from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -50,16 +49,6 @@ def check_settings(app_configs: Iterable[AppConfig] | None = None, **kwargs: Any
         for message, hint, code in rule(config)
     ]
     return out
-
-
-def _redis_url(config: dict[str, Any]) -> Iterator[Problem]:
-    url = redis_url()
-    if urlparse(url).scheme not in ("redis", "rediss", "unix"):
-        yield (
-            f"KUMIKO_JOBS['REDIS_URL'] {url!r} is not a Redis URL.",
-            "Use redis://host:6379/0, rediss://… or unix:///path/redis.sock.",
-            "E013",
-        )
 
 
 def _queue_prefix(config: dict[str, Any]) -> Iterator[Problem]:
@@ -184,7 +173,6 @@ def _task_module(config: dict[str, Any]) -> Iterator[Problem]:
 
 
 _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
-    _redis_url,
     _queue_prefix,
     _hooks,
     _tenant_model,

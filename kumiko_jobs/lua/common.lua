@@ -129,6 +129,16 @@ local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_inf
   end
 end
 
+-- A flow whose key is not of its kind (a list; a sorted set for an ordered flow), written by
+-- something else, is taken out of service and listed for operators, so one bad key cannot stop
+-- the lane.
+local function quarantine(P, flow, cap)
+  if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
+  redis.call('LPOP', ring_key(P))
+  redis.call('HDEL', state_key(P), flow)
+  redis.call('SADD', broken_key(P), flow)
+end
+
 -- Serve the ring: pop one id from the head flow and rotate, parking a capped flow at its cap.
 -- Registers the claimed run as started under lease member id..':'..execution. Returns
 -- {id, data, meta} or false when the lane is idle.
@@ -143,38 +153,44 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
     end
     local cap = cap_of(flow)
     local running = cap and redis.call('HINCRBY', running_key(P), counter_of(flow), 1) or 0
+    local id = false
     if cap and running > cap then
       -- At its cap (e.g. the cap was lowered): park it, pop nothing.
       redis.call('HINCRBY', running_key(P), counter_of(flow), -1)
       redis.call('LPOP', ring)
       redis.call('HSET', state_key(P), flow, PARKED)
     else
-      local id = flow_pop(P, flow)
-      if not id then
+      local broken
+      id, broken = flow_pop(P, flow)
+      if broken then
+        quarantine(P, flow, cap)
+        id = false
+      elseif not id then
         if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
         redis.call('LPOP', ring)
         redis.call('HDEL', state_key(P), flow)
+      elseif flow_size(P, flow) == 0 then
+        redis.call('LPOP', ring)
+        redis.call('HDEL', state_key(P), flow)
+      elseif cap and running >= cap then
+        redis.call('LPOP', ring)
+        redis.call('HSET', state_key(P), flow, PARKED)
       else
-        if flow_size(P, flow) == 0 then
-          redis.call('LPOP', ring)
-          redis.call('HDEL', state_key(P), flow)
-        elseif cap and running >= cap then
-          redis.call('LPOP', ring)
-          redis.call('HSET', state_key(P), flow, PARKED)
-        else
-          redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-          arm(P)  -- chain-wake: more work is waiting for an idle worker
-        end
-        local f = redis.call('HMGET', job_key(id), 'data', 'meta')
-        if f[1] then
-          redis.call('ZADD', started, deadline, id .. ':' .. execution)
-          redis.call('HSET', job_key(id), 'status', 'started', 'started_at', now_iso, 'worker_name', worker,
-                     'last_heartbeat', now_iso)
-          return {id, f[1], f[2] or ''}
-        end
-        -- The hash vanished while queued (deleted or expired): free the slot, take the next.
-        if cap then release(P, flow, '') end
+        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+        arm(P)  -- chain-wake: more work is waiting for an idle worker
       end
+    end
+    if id then
+      local f = redis.pcall('HMGET', job_key(id), 'data', 'meta')
+      if type(f) == 'table' and not f.err and f[1] then
+        redis.call('ZADD', started, deadline, id .. ':' .. execution)
+        redis.call('HSET', job_key(id), 'status', 'started', 'started_at', now_iso, 'worker_name', worker,
+                   'last_heartbeat', now_iso)
+        return {id, f[1], f[2] or ''}
+      end
+      -- The hash vanished while queued (deleted, expired, or overwritten with another type):
+      -- free the slot, take the next.
+      if cap then release(P, flow, '') end
     end
   end
   return false

@@ -6,8 +6,9 @@ local now, now_iso, worker, deadline, id, kind, member, ttl, retry_at, meta, exc
       execution, P, flow, limit_keys, current = unpack(ARGV, 1, 17)
 local R = {finished = KEYS[2], failed = KEYS[3], scheduled = KEYS[4], active = KEYS[5]}
 
-if id ~= '' then
-  redis.call('ZREM', KEYS[1], member)
+-- Only the holder of the run's lease tells Redis how it ended: if the reaper took the lease (the
+-- worker stalled past ABANDON_AFTER), the run is already back in its flow or failed.
+if id ~= '' and redis.call('ZREM', KEYS[1], member) == 1 then
   finish(P, R, id, kind, tonumber(now), now_iso, ttl, retry_at, meta, exc_info, flow, limit_keys, current)
 end
 if do_claim ~= '1' then return false end

@@ -24,10 +24,17 @@ local function flow_add(P, flow, id, front)
   end
 end
 
--- The next id of a flow (removed), or nil when it is empty.
+-- The next id of a flow (removed): id, false; false, false when it is empty; false, true when
+-- its key holds another type (the caller quarantines the flow).
 local function flow_pop(P, flow)
-  if is_ordered(flow) then return redis.call('ZPOPMIN', flow_key(P, flow))[1] end
-  return redis.call('LPOP', flow_key(P, flow)) or nil
+  if is_ordered(flow) then
+    local popped = redis.pcall('ZPOPMIN', flow_key(P, flow))
+    if popped.err then return false, true end
+    return popped[1] or false, false
+  end
+  local id = redis.pcall('LPOP', flow_key(P, flow))
+  if type(id) == 'table' then return false, true end
+  return id, false
 end
 
 local function flow_size(P, flow)
@@ -38,4 +45,15 @@ end
 local function flow_ids(P, flow)
   if is_ordered(flow) then return redis.call('ZRANGE', flow_key(P, flow), 0, -1) end
   return redis.call('LRANGE', flow_key(P, flow), 0, -1)
+end
+
+-- Take one waiting id out of its flow (an operator's cancel): true if it was there.
+local function flow_remove(P, flow, id)
+  if is_ordered(flow) then return redis.call('ZREM', flow_key(P, flow), id) == 1 end
+  return redis.call('LREM', flow_key(P, flow), 1, id) == 1
+end
+
+local function flow_holds(P, flow, id)
+  if is_ordered(flow) then return redis.call('ZSCORE', flow_key(P, flow), id) ~= false end
+  return redis.call('LPOS', flow_key(P, flow), id) ~= false
 end

@@ -42,7 +42,7 @@ class DummyBackendTestCase(TransactionTestCase):
     def test_enqueue_task(self) -> None:
         for task in [test_tasks.noop_task, test_tasks.noop_task_async]:
             with self.subTest(task):
-                result = cast(Task[..., Any], task).enqueue(1, two=3)
+                result = cast("Task[..., Any]", task).enqueue(1, two=3)
 
                 self.assertEqual(result.status, TaskResultStatus.READY)
                 self.assertIs(result.is_finished, False)
@@ -61,7 +61,7 @@ class DummyBackendTestCase(TransactionTestCase):
     async def test_enqueue_task_async(self) -> None:
         for task in [test_tasks.noop_task, test_tasks.noop_task_async]:
             with self.subTest(task):
-                result = await cast(Task[..., Any], task).aenqueue()
+                result = await cast("Task[..., Any]", task).aenqueue()
 
                 self.assertEqual(result.status, TaskResultStatus.READY)
                 self.assertIs(result.is_finished, False)
