@@ -148,7 +148,15 @@ def prepare(
         fanout_of=fanout_of if wrapper else "",
     )
     return prepared_from_meta(
-        definition, meta, gates, payload, job_id=job_id, delay=delay, unique=unique, retry_of=retry_of, now=now
+        definition,
+        meta,
+        gates,
+        payload,
+        job_id=job_id,
+        delay=delay,
+        unique=unique,
+        retry_of=retry_of,
+        now=now,
     )
 
 

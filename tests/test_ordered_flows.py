@@ -79,13 +79,16 @@ def test_a_capped_task_waits_in_an_ordered_capped_flow(tenants: list[Any], redis
 
 
 def test_django_rq_queue_counts_ordered_flows(redis_client: Any) -> None:
-    from kumiko_jobs.rq_queue import LaneQueue
+    from kumiko_jobs.dashboard.queue import LaneQueue
 
     results = [tasks.traced.using(priority=n).enqueue(f"n{n}") for n in range(3)]
+    tasks.noop_task.enqueue()  # priority 0, queued last: served last
     queue = LaneQueue(get_keys().queue_name("worker"), connection=redis_client)
-    assert queue.count == 3
-    # Listed in the order they will be served.
-    assert queue.get_job_ids() == [job_id(r.id) for r in reversed(results)]
+    assert queue.count == 4
+    # Listed in the order they will be served; the oldest head is read from the sorted set too.
+    assert queue.get_job_ids()[:3] == [job_id(r.id) for r in reversed(results)]
+    assert queue.get_job_ids(offset=1, length=2) == [job_id(r.id) for r in reversed(results[:2])]
+    assert queue.oldest_enqueued_at() is not None
 
 
 def test_a_retried_run_goes_behind_its_equals(traces: Any) -> None:
