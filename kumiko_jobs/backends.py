@@ -102,7 +102,8 @@ class KumikoTaskBackend(BaseTaskBackend):
             worker_ids=[],
         )
         now = timezone.now()
-        payload = validate_payload(envelope(task, result.args, result.kwargs, now))
+        call = validate_payload({"args": result.args, "kwargs": result.kwargs})
+        payload = envelope(task, call, now)
         prepared = prepare(
             definition_for(task),
             payload,

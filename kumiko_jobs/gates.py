@@ -7,7 +7,6 @@ name (flows.py).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from kumiko_jobs import flows
@@ -35,7 +34,8 @@ def gates_for(
     gates = _gates_for(definition, tenant_id, keys, wrapper=wrapper)
     if definition.task is not None:
         # A Django task's runs wait in priority order: the same flow, kept ordered.
-        return dataclasses.replace(gates, flow=flows.ordered_flow(gates.flow))
+        g = gates
+        return Gates(flows.ordered_flow(g.flow), g.limits, g.replace, g.debounce_key, g.debounce_seconds)
     return gates
 
 

@@ -122,11 +122,11 @@ class TaskCall:
     enqueued_at: datetime | None
 
 
-def envelope(task: AnyTask, args: list[Any], kwargs: dict[str, Any], enqueued_at: datetime) -> dict[str, Any]:
-    """The payload of a task's run: its arguments and what ``.using()`` chose."""
+def envelope(task: AnyTask, call: dict[str, Any], enqueued_at: datetime) -> dict[str, Any]:
+    """The payload of a task's run: its arguments (``call``: ``{"args": [...], "kwargs": {...}}``,
+    already validated) and what ``.using()`` chose (valid by construction)."""
     return {
-        "args": args,
-        "kwargs": kwargs,
+        **call,
         "task": {
             "priority": task.priority,
             "queue_name": task.queue_name,
