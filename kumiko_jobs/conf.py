@@ -34,9 +34,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "TASK_MODULE": "tasks",
     # Seconds a dispatch waits for Redis before raising QueueUnavailable.
     "REDIS_TIMEOUT": 5.0,
-    # Redis retention of finished job hashes. Short on purpose: the JobRun table keeps the
-    # history, and a day of hashes at 1,000 jobs/s would be tens of GB of Redis memory.
-    "RESULT_TTL": 600,
+    # Seconds Redis keeps a succeeded job's hash. 0: none (the JobRun table is the history, and a
+    # day of hashes at 1,000 jobs/s would be tens of GB of Redis memory); set it to see finished
+    # jobs in RQ's dashboard. Failed jobs are kept for FAILURE_TTL.
+    "RESULT_TTL": 0,
     "FAILURE_TTL": 7 * 24 * 3600,
     # A worker whose running job has not heartbeaten for this long is considered dead.
     "ABANDON_AFTER": 20,
@@ -54,6 +55,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "RUNNING_MARK_DELAY": 0.2,
     # Escape-hatch audit window in seconds: one audit row per (job, tenant, kind) per window.
     "AUDIT_WINDOW": 60,
+    # Seconds past its timeout a handler in a job thread (runjobs --threads N) may stay blocked in
+    # C code before the worker gives up its lease and recycles the process (timeouts.py).
+    "STUCK_AFTER": 5.0,
     # Seconds a worker keeps one database connection before replacing it (CONN_MAX_AGE is for
     # requests; see db_connections.py).
     "WORKER_DB_MAX_AGE": 300,

@@ -9,8 +9,8 @@ with its remaining time afterwards.
 In job threads (``--threads N``): signals reach only the main thread, so a watchdog thread
 raises ``JobTimeout`` in the job's thread as an asynchronous exception, which Python delivers at
 the thread's next bytecode. A handler blocked in C code (a socket read without a timeout, a long
-``time.sleep``) does not see it until the call returns; if it is still running ``STUCK_GRACE``
-after its deadline the watchdog reports it stuck (the worker then gives up its lease and
+``time.sleep``) does not see it until the call returns; if it is still running ``STUCK_AFTER``
+seconds after its deadline the watchdog reports it stuck (the worker then gives up its lease and
 recycles the process, see worker.py).
 """
 
@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
+from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import JobTimeout
 
 logger = logging.getLogger("kumiko_jobs")
@@ -76,10 +77,6 @@ def enforce_timeout(seconds: float | None, job_name: str) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
         elif outer_fired and outer_interval > 0:
             signal.setitimer(signal.ITIMER_REAL, outer_interval, outer_interval)
-
-
-# How long past its deadline a handler in a job thread may stay in C code before it is reported.
-STUCK_GRACE = 5.0
 
 
 @dataclass
@@ -134,7 +131,7 @@ class Watchdog(threading.Thread):
             logger.warning(
                 "kumiko_jobs: %s exceeded its timeout of %gs; stopping it", entry.job_name, entry.seconds
             )
-        stuck_at = entry.deadline + STUCK_GRACE
+        stuck_at = entry.deadline + float(get_config()["STUCK_AFTER"])
         if entry.reported:
             return None
         if now < stuck_at:

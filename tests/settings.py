@@ -20,7 +20,13 @@ KUMIKO_JOBS = {
     **KUMIKO_JOBS,
     **{
         key: float(os.environ[f"KUMIKO_TEST_{key}"])
-        for key in ("ABANDON_AFTER", "HEARTBEAT_INTERVAL", "UNKNOWN_JOB_GRACE", "UNKNOWN_JOB_RETRY_DELAY")
+        for key in (
+            "ABANDON_AFTER",
+            "HEARTBEAT_INTERVAL",
+            "UNKNOWN_JOB_GRACE",
+            "UNKNOWN_JOB_RETRY_DELAY",
+            "STUCK_AFTER",
+        )
         if f"KUMIKO_TEST_{key}" in os.environ
     },
 }

@@ -87,8 +87,10 @@ def test_queue_list_and_job_list_show_both_lanes_and_delete_releases_the_limit_o
 
 
 def test_requeue_takes_the_limit_again_and_refuses_a_full_one(
-    admin_client: Client, redis_client: Any, tenants: list[Any]
+    admin_client: Client, redis_client: Any, tenants: list[Any], settings: Any
 ) -> None:
+    # Finished jobs stay in Redis (and in the dashboard) only with RESULT_TTL > 0.
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "RESULT_TTL": 600}
     acme = tenants[0]
     first = dispatch("tests.limited", {}, tenant=acme)
     assert cancel_queued([first.job_id]).canceled == (first.job_id,)

@@ -50,7 +50,8 @@ def test_recorded_outcome_is_told_to_redis_not_run_again(traces: Any, redis_clie
         status=RunStatus.SUCCEEDED, finished_at="2026-01-01T00:00Z"
     )
     assert reap(redis_client, get_keys(), "worker", "reaper") == 1
-    assert redis_client.hget(get_keys().job(job.job_id), "status") == b"finished"
+    assert not redis_client.exists(get_keys().job(job.job_id))  # succeeded: gone (RESULT_TTL 0)
+    assert redis_client.zcard(get_keys().started("worker")) == 0
     assert drain() == {}
     assert traces("record") == []
 

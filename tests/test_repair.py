@@ -22,7 +22,12 @@ def _age(run_id: str | None, status: str) -> None:
     JobRun.objects.filter(pk=run_id).update(status=status, updated_at=timezone.now() - timedelta(hours=1))
 
 
-def test_lost_outcome_is_repaired_and_a_vanished_job_is_pushed_again(redis_client: Any, traces: Any) -> None:
+def test_lost_outcome_is_repaired_and_a_vanished_job_is_pushed_again(
+    redis_client: Any, traces: Any, settings: Any
+) -> None:
+    # Redis can tell what became of a job only while it keeps finished ones (RESULT_TTL > 0);
+    # with the default 0 a lost outcome write means the run is pushed again (at least once).
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "RESULT_TTL": 600}
     done = dispatch("tests.record", {"n": 1})
     gone = dispatch("tests.record", {"n": 2})
     waiting = dispatch("tests.record", {"n": 3}, delay=3600)

@@ -20,7 +20,6 @@ _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 HOOKS = ("ACTIVE_TENANTS", "USER_TENANT", "TENANT_ACTIVATOR")
 POSITIVE_NUMBERS = (
     "REDIS_TIMEOUT",
-    "RESULT_TTL",
     "FAILURE_TTL",
     "ABANDON_AFTER",
     "HEARTBEAT_INTERVAL",
@@ -28,6 +27,7 @@ POSITIVE_NUMBERS = (
     "UNKNOWN_JOB_RETRY_DELAY",
     "TENANT_CACHE_SECONDS",
     "WORKER_DB_MAX_AGE",
+    "STUCK_AFTER",
 )
 Problem = tuple[str, str, str]  # message, hint, id suffix
 
@@ -104,6 +104,15 @@ def _positive_numbers(config: dict[str, Any]) -> Iterator[Problem]:
             )
 
 
+def _result_ttl(config: dict[str, Any]) -> Iterator[Problem]:
+    if not is_int_at_least(config["RESULT_TTL"], 0):
+        yield (
+            f"KUMIKO_JOBS['RESULT_TTL'] = {config['RESULT_TTL']!r} must be a whole number of seconds >= 0.",
+            "0 (the default) deletes a succeeded job from Redis at once; its run record stays.",
+            "E033",
+        )
+
+
 def _running_mark_delay(config: dict[str, Any]) -> Iterator[Problem]:
     delay = config["RUNNING_MARK_DELAY"]
     if not is_number_above(delay, 0, inclusive=True):
@@ -177,6 +186,7 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _hooks,
     _tenant_model,
     _positive_numbers,
+    _result_ttl,
     _running_mark_delay,
     _lease,
     _audit_window,

@@ -110,6 +110,11 @@ local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_inf
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   local jk = job_key(id)
+  if kind == 'ok' and tonumber(ttl) == 0 then
+    -- RESULT_TTL 0 (the default): the run record is the history; Redis forgets the job.
+    redis.call('DEL', jk)
+    return
+  end
   if redis.call('EXISTS', jk) == 0 then return end  -- deleted behind our back: nothing to record
   if kind == 'ok' then
     redis.call('HSET', jk, 'status', 'finished', 'ended_at', now_iso)
@@ -129,27 +134,34 @@ local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_inf
   end
 end
 
+-- Take the flow just served off the ring: rotated to the tail, LREM from the tail finds it at once.
+local function unring(P, flow)
+  redis.call('LREM', ring_key(P), -1, flow)
+end
+
 -- A flow whose key is not of its kind (a list; a sorted set for an ordered flow), written by
 -- something else, is taken out of service and listed for operators, so one bad key cannot stop
 -- the lane.
 local function quarantine(P, flow, cap)
   if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
-  redis.call('LPOP', ring_key(P))
+  unring(P, flow)
   redis.call('HDEL', state_key(P), flow)
   redis.call('SADD', broken_key(P), flow)
 end
 
--- Serve the ring: pop one id from the head flow and rotate, parking a capped flow at its cap.
--- Registers the claimed run as started under lease member id..':'..execution. Returns
--- {id, data, meta} or false when the lane is idle.
+-- Serve the ring: rotate its head flow to the tail and pop one id from it; a flow left empty, or a
+-- capped flow at its cap, is taken off the tail again at once (an idle flow must not linger in
+-- the ring: its next run goes to the head, "new flows first"). Registers the claimed run as
+-- started under lease member id..':'..execution. Returns {id, data, meta} or false when idle.
 local function claim(P, started, plain, deadline, now_iso, worker, execution)
   local ring = ring_key(P)
   for _ = 1, 32 do
-    local flow = redis.call('LINDEX', ring, 0)
+    local flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     if not flow then
       -- Idle lane: pick up anything stock RQ pushed onto the plain list, then look once more.
       if sweep(P, plain, 100) == 0 then return false end
-      flow = redis.call('LINDEX', ring, 0)
+      flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      if not flow then return false end
     end
     local cap = cap_of(flow)
     local running = cap and redis.call('HINCRBY', running_key(P), counter_of(flow), 1) or 0
@@ -157,7 +169,7 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
     if cap and running > cap then
       -- At its cap (e.g. the cap was lowered): park it, pop nothing.
       redis.call('HINCRBY', running_key(P), counter_of(flow), -1)
-      redis.call('LPOP', ring)
+      unring(P, flow)
       redis.call('HSET', state_key(P), flow, PARKED)
     else
       local broken
@@ -167,16 +179,15 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
         id = false
       elseif not id then
         if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
-        redis.call('LPOP', ring)
+        unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
       elseif flow_size(P, flow) == 0 then
-        redis.call('LPOP', ring)
+        unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
       elseif cap and running >= cap then
-        redis.call('LPOP', ring)
+        unring(P, flow)
         redis.call('HSET', state_key(P), flow, PARKED)
       else
-        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
         arm(P)  -- chain-wake: more work is waiting for an idle worker
       end
     end
