@@ -123,3 +123,22 @@ def test_a_worker_imports_a_task_it_meets_by_name(start_worker: Any, wait_for_ru
     wait_for_run(result.id)
     result.refresh()
     assert result.return_value == 42
+
+
+def test_async_tasks_and_handlers_on_job_threads(
+    start_worker: Any, wait_for_run: Any, traces: Any, tenants: list[Any]
+) -> None:
+    from kumiko_jobs import dispatch
+
+    start_worker("worker", "--threads", "2")
+    tenant = str(tenants[0].pk)
+    with tenant_context(tenant):
+        sync_result = tasks.traced.enqueue("on-a-thread")
+        async_results = [tasks.noop_task_async.enqueue(n) for n in range(4)]
+    handler = dispatch("tests.async_record", {"chain": True}, tenant=tenants[0])
+    for result in (sync_result, *async_results):
+        assert wait_for_run(result.id).status == "succeeded"
+    assert wait_for_run(handler.run_id).status == "succeeded"
+    [entry] = traces("async_record")
+    assert entry["active_tenant"] == tenant
+    assert wait_for_run(entry["chained"]).tenant_id == tenant
