@@ -84,6 +84,8 @@ class JobContext:
     definition: JobDefinition = field(repr=False)
     log: JobLogger = field(repr=False)
     inline: bool = False
+    # The tick's time (aware UTC) for runs of a cron schedule; None for every other run.
+    scheduled_at: datetime | None = None
     # The worker running this attempt ('' inline).
     worker: str = ""
     # Escape-hatch uses by kind, written by audit.flush_audits() when the handler is done.

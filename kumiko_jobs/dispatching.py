@@ -23,6 +23,7 @@ from kumiko_jobs import faults, records
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
+from kumiko_jobs.events import check_emitted
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import Gates, gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields
@@ -94,18 +95,24 @@ def emit(
     user: Any = None,
     correlation_id: str | None = None,
 ) -> list[DispatchResult]:
-    """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter."""
+    """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter.
+
+    Raises UnknownEvent for a name outside ``KUMIKO_JOBS["EVENTS"]`` (when that is set); an
+    event no job listens to is logged as a warning, once per name and process.
+    """
     if not isinstance(event, str) or not event:
         raise UnknownEvent(f"emit() needs a non-empty event name, got {event!r}.")
     check_text_option("event", event, MAX_TRIGGER_NAME)
     body = validate_payload(payload)
+    listeners = registry.for_event(event)
+    check_emitted(event, listeners=len(listeners))
     tenant_id, user_id = normalise_tenant(tenant), _user_id(user)
     correlation_id = _correlation_id(correlation_id)
     prepared = [
         prepare(
             d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event
         )
-        for d in registry.for_event(event)
+        for d in listeners
         if any(isinstance(t, EventTrigger) and t.matches(event, body) for t in d.triggers)
     ]
     return submit(prepared)
@@ -125,6 +132,8 @@ def prepare(
     run_id: uuid.UUID | None = None,
     retry_of: uuid.UUID | None = None,
     fanout_of: str = "",
+    scheduled_at: float | None = None,
+    zone: str = "",
     now: datetime | None = None,
 ) -> PreparedJob:
     """Build a new run's job hash fields and its row, from arguments already validated
@@ -146,6 +155,8 @@ def prepare(
         flow=gates.flow,
         limit_keys=gates.limit_keys,
         fanout_of=fanout_of if wrapper else "",
+        scheduled_at=scheduled_at,
+        zone=zone,
     )
     return prepared_from_meta(
         definition,

@@ -46,6 +46,9 @@ class JobMeta:
     cap_defers: int = 0
     # Fan-out wrappers: the job id children ids derive from ('' = the wrapper's own).
     fanout_of: str = ""
+    # Cron ticks: the tick's UTC time (epoch s); a tz="tenant" wrapper also names its zone.
+    scheduled_at: float | None = None
+    zone: str = ""
 
     def to_json(self) -> str:
         raw: dict[str, Any] = {
@@ -72,6 +75,10 @@ class JobMeta:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
             raw["trace"] = self.trace
+        if self.scheduled_at is not None:
+            raw["at"] = self.scheduled_at
+        if self.zone:
+            raw["zone"] = self.zone
         return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
@@ -98,6 +105,8 @@ class JobMeta:
                 limit_keys=_text(d.get("lk", ""), 2000),
                 cap_defers=int(d.get("cd", 0)),
                 fanout_of=_text(d.get("fo", ""), 100),
+                scheduled_at=None if d.get("at") is None else float(d["at"]),
+                zone=_text(d.get("zone", ""), 64),
             )
             if (
                 meta.attempt < 1

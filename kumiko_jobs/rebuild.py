@@ -48,7 +48,7 @@ OUTBOX_GRACE = 5.0
 ROW_FIELDS = (
     "id", "job_name", "tenant_id", "status", "attempt", "max_attempts", "lane", "job_id", "trigger_name",
     "triggered_by", "correlation_id", "payload", "next_attempt_at", "defer_count", "fanout_of",
-    "retry_of", "updated_at", "pushed_at",
+    "retry_of", "updated_at", "pushed_at", "scheduled_at", "zone",
 )  # fmt: skip
 
 
@@ -95,6 +95,8 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
         flow=gates.flow,
         limit_keys=gates.limit_keys,
         fanout_of=row.fanout_of,
+        scheduled_at=row.scheduled_at.timestamp() if row.scheduled_at else None,
+        zone=row.zone,
     )
     now = datetime.now(UTC)
     delay = (row.next_attempt_at - now).total_seconds() if row.next_attempt_at else 0.0

@@ -99,3 +99,13 @@ def test_a_retried_run_goes_behind_its_equals(traces: Any) -> None:
     assert order == ["task_flaky", "traced_start", "task_flaky"]
     failing.refresh()
     assert failing.return_value == 2
+
+
+def test_jobs_stats_counts_ordered_flows(redis_client: Any) -> None:
+    from kumiko_jobs import dispatch
+    from kumiko_jobs.cli.stats import lane_counts
+
+    tasks.traced.enqueue("a")
+    tasks.traced.using(priority=3).enqueue("b")
+    dispatch("tests.record", {"n": 1})
+    assert lane_counts(redis_client, get_keys(), "worker")["queued"] == 3
