@@ -43,7 +43,7 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "tasks", "workers", "commands", "tenancy", "peers", "schedules")
+SECTIONS = ("dispatch", "tasks", "workers", "commands", "tenancy", "peers", "schedules", "observability")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ class Plan:
     tenancy: Sizes
     peers: PeerSizes
     schedules: SchedulePlan
+    # Observability compares sides a few percent apart: more rounds for a steadier median.
+    observability_rounds: int = 1
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
@@ -70,6 +72,7 @@ FULL = Plan(
     tenancy=TENANCY_FULL,
     peers=PEERS_FULL,
     schedules=SCHEDULES_FULL,
+    observability_rounds=5,
 )
 QUICK = Plan(
     dispatch=200,
@@ -234,6 +237,15 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
         )
+    if "observability" in sections:
+        from bench.observability import measure_observability
+
+        rounds = plan.observability_rounds
+        console.log(f"observability: {rounds} rounds of runjobs x {plan.worker}, with and without the SDK")
+        rates, ratios, note = measure_observability(env, plan.worker, rounds)
+        report.rates += rates
+        report.ratios += ratios
+        report.notes.append(note)
     if "peers" in sections:
         from bench.peer_rates import measure_peers
 

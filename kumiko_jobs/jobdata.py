@@ -192,3 +192,10 @@ def job_fields(
     if priority:
         pairs += ["kumiko_pri", priority]
     return pairs
+
+
+def with_meta(fields: list[Any], meta: JobMeta) -> list[Any]:
+    """A copy of a job hash's field/value pairs (``job_fields``) with ``meta`` replaced."""
+    copy = list(fields)
+    copy[2 * fields[::2].index("meta") + 1] = meta.to_json()
+    return copy

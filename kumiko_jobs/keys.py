@@ -31,6 +31,7 @@ RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
 BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
+QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
 SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
 LUA_KEY_HELPERS = f"""
@@ -43,6 +44,7 @@ local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
 local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
+local function queued_key(P) return P .. '{QUEUED_SUFFIX}' end
 local function sequence_key(P) return P .. '{SEQUENCE_SUFFIX}' end
 """
 
@@ -83,6 +85,11 @@ class Keys:
     def scheduled(self, lane: str) -> str:
         return f"rq:scheduled:{self.queue_name(lane)}"
 
+    def outcome_registries(self, lane: str) -> list[str]:
+        """KEYS of the scripts that finish attempts: started, finished, failed, scheduled, and
+        the active-limits hash (lua/finish_and_claim.lua, lua/reap.lua)."""
+        return [self.started(lane), self.finished(lane), self.failed(lane), self.scheduled(lane), self.active]
+
     @staticmethod
     def job(job_id: str) -> str:
         return f"{RQ_JOB_PREFIX}{job_id}"
@@ -113,6 +120,10 @@ class Keys:
 
     def broken_flows(self, lane: str) -> str:
         return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
+    def queued_count(self, lane: str) -> str:
+        """How many ids the lane's flows hold, kept by the lane scripts (count_queued)."""
+        return f"{self.lane(lane)}{QUEUED_SUFFIX}"
 
     def sequence(self, lane: str) -> str:
         return f"{self.lane(lane)}{SEQUENCE_SUFFIX}"

@@ -80,6 +80,8 @@ class JobRun(models.Model):
             models.Index(fields=("job_name", "status", "-queued_at"), name="kj_run_job_status"),
             models.Index(fields=("status", "-queued_at"), name="kj_run_status"),
             models.Index(fields=("-queued_at",), name="kj_run_queued_at"),
+            # The runs of one request (CorrelationMiddleware) or chain: the admin's correlation filter.
+            models.Index(fields=("correlation_id", "-queued_at"), name="kj_run_correlation"),
             # Tiny: runs committed but not pushed yet (the outbox rebuild.push_waiting reads).
             models.Index(
                 fields=("queued_at",),

@@ -25,6 +25,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from kumiko_jobs.exceptions import TaskNotRun
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
+from kumiko_jobs.scrubbing import scrub
 from kumiko_jobs.task_jobs import decode_call
 
 if TYPE_CHECKING:
@@ -113,5 +114,7 @@ def _attempts(row: dict[str, Any], status: TaskResultStatus) -> tuple[list[TaskE
 
 
 def _error(exception_class_path: str, traceback: str) -> TaskError:
-    # The one place a traceback enters a TaskError: apply the observability SCRUBBER here.
-    return TaskError(exception_class_path=exception_class_path, traceback=traceback)
+    # The one place a traceback enters a TaskError: scrubbed (KUMIKO_JOBS["SCRUBBER"]), also
+    # when it comes from the record, which stores scrubbed text already (scrubbing twice is
+    # harmless).
+    return TaskError(exception_class_path=exception_class_path, traceback=scrub(traceback))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -16,7 +17,7 @@ from django.utils.safestring import SafeString
 
 from kumiko_jobs.admin.access import is_operator, staff_tenant_id, tenant_names
 from kumiko_jobs.admin.changelist import CappedCountPaginator, RunChangeList, RunQuerySet
-from kumiko_jobs.admin.filters import JobNameFilter, LaneFilter, TenantFilter
+from kumiko_jobs.admin.filters import CorrelationFilter, JobNameFilter, LaneFilter, TenantFilter
 from kumiko_jobs.exceptions import KumikoJobsError, QueueUnavailable
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.retrying import retry_failed
@@ -39,13 +40,13 @@ BADGE = '<span style="background:{};color:#fff;border-radius:.6em;padding:0 .6em
 class JobRunAdmin(_ModelAdmin):
     list_display = (
         "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "started_at", "finished_at",
-        "duration",
+        "duration", "correlation",
     )  # fmt: skip
     list_display_links = ("job_name",)
-    list_filter = ("status", JobNameFilter, LaneFilter, TenantFilter)
+    list_filter = ("status", JobNameFilter, LaneFilter, TenantFilter, CorrelationFilter)
     # Exact lookups only, so each uses an index; a term that is not a UUID skips the id.
-    search_fields = ("job_id__exact", "id__exact")
-    search_help_text = "Exact job id or run id."
+    search_fields = ("job_id__exact", "id__exact", "correlation_id__exact")
+    search_help_text = "Exact job id, run id or correlation id."
     date_hierarchy = "queued_at"
     ordering = ("-queued_at",)
     # Sorting by any other column would sort the whole table to show one page.
@@ -89,7 +90,11 @@ class JobRunAdmin(_ModelAdmin):
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Tenant staff see one tenant only: a tenant filter would list the others.
-        return self.list_filter if is_operator(request) else ("status", JobNameFilter, LaneFilter)
+        return (
+            self.list_filter
+            if is_operator(request)
+            else ("status", JobNameFilter, LaneFilter, CorrelationFilter)
+        )
 
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
         return self.fieldsets_for_operators if is_operator(request) else self.fieldsets_for_staff
@@ -136,6 +141,15 @@ class JobRunAdmin(_ModelAdmin):
         if run.started_at is None or run.finished_at is None:
             return "-"
         return format_duration(run.finished_at - run.started_at)
+
+    @admin.display(description="correlation")
+    def correlation(self, run: JobRun) -> SafeString | str:
+        # A link to every run of the same request or chain; the id is long, the cell short.
+        if not run.correlation_id:
+            return "-"
+        query = urlencode({CorrelationFilter.parameter_name: run.correlation_id})
+        short = run.correlation_id if len(run.correlation_id) <= 12 else f"{run.correlation_id[:10]}…"
+        return format_html('<a href="?{}" title="{}">{}</a>', query, run.correlation_id, short)
 
     @admin.display(description="traceback")
     def traceback_text(self, run: JobRun) -> SafeString | str:

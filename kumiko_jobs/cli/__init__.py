@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from kumiko_jobs.cli.base import Subcommand
 from kumiko_jobs.cli.catalog import ListJobs
+from kumiko_jobs.cli.rebuild import Rebuild
 from kumiko_jobs.cli.stats import Stats
 from kumiko_jobs.cli.trigger import Trigger
 
-SUBCOMMANDS: tuple[type[Subcommand], ...] = (ListJobs, Trigger, Stats)
+SUBCOMMANDS: tuple[type[Subcommand], ...] = (ListJobs, Trigger, Stats, Rebuild)
 
 __all__ = ["SUBCOMMANDS", "Subcommand"]

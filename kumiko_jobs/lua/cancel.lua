@@ -21,6 +21,8 @@ for i = IDS, #ARGV do
       redis.call('ZREM', rq_key('scheduled', origin), id)
     elseif not flow_remove(P, flow, id) then
       redis.call('LREM', rq_key('queue', origin), 1, id)  -- pushed by stock RQ, not swept yet
+    else
+      count_queued(P, -1)
     end
     -- A parked flow left empty is forgotten; a ringed one is dropped by the next claim (O(1)).
     if redis.call('HGET', state_key(P), flow) == PARKED and flow_size(P, flow) == 0 then

@@ -11,9 +11,18 @@ local function running_count(P, flow)
   return tonumber(redis.call('HGET', running_key(P), counter_of(flow)) or '0')
 end
 
+-- The lane's count of ids held in its flows (queued depth, read in O(1) by metrics). Every id
+-- added to a flow counts here; the ids workers claim are taken off in batches, once a second
+-- per worker process (lane.count_claims), so the per-job claim pays no extra command; an idle
+-- lane resets it (see claim), which heals any drift.
+local function count_queued(P, n)
+  if n ~= 0 then redis.call('INCRBY', queued_key(P), n) end
+end
+
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
 local function push_flow(P, flow, id, front)
   flow_add(P, flow, id, front)
+  count_queued(P, 1)
   if redis.call('HGET', state_key(P), flow) then return end
   local cap = cap_of(flow)
   if cap and running_count(P, flow) >= cap then
@@ -101,12 +110,22 @@ local function drop_waiting(P, active, flow)
     dropped[#dropped + 1] = old
   end
   redis.call('DEL', flow_key(P, flow))
+  count_queued(P, -#dropped)
   return dropped
 end
 
--- Record how an attempt ended (kinds: see scripts.py). The caller has taken the run out of the
--- started registry. R: the registries {finished, failed, scheduled, active}.
-local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_info, flow, limit_keys, current)
+-- A scripts.Ending starting at ARGV[first], as a table.
+local function ending(args, first)
+  local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current = unpack(args, first, first + 7)
+  return {kind = kind, ttl = ttl, retry_at = retry_at, meta = meta, exc_info = exc_info, flow = flow,
+          limit_keys = limit_keys, current = current}
+end
+
+-- Record how an attempt ended (e: an ending; kinds: see scripts.py). The caller has taken the run
+-- out of the started registry. R: the registries {finished, failed, scheduled, active}.
+local function finish(P, R, id, now, now_iso, e)
+  local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current =
+    e.kind, e.ttl, e.retry_at, e.meta, e.exc_info, e.flow, e.limit_keys, e.current
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   local jk = job_key(id)
@@ -159,7 +178,11 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
     local flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     if not flow then
       -- Idle lane: pick up anything stock RQ pushed onto the plain list, then look once more.
-      if sweep(P, plain, 100) == 0 then return false end
+      if sweep(P, plain, 100) == 0 then
+        -- No flow holds work: the queued count is 0 (heals any drift, e.g. keys deleted by hand).
+        if redis.call('HLEN', state_key(P)) == 0 then redis.call('DEL', queued_key(P)) end
+        return false
+      end
       flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
       if not flow then return false end
     end

@@ -113,3 +113,25 @@ def test_stats_json_counts_per_lane(tenants: Any) -> None:
         "worker": {"queued": 3, "scheduled": 1, "running": 0, "failed": 0},
     }
     assert f"{tenants[0].pk} (3)" in table
+
+
+def test_rebuild_pushes_what_redis_lost_and_dry_run_only_counts(
+    redis_client: Any, kumiko_prefix: str
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    runs = [dispatch("tests.record", {"n": n}) for n in range(3)]
+    JobRun.objects.update(updated_at=timezone.now() - timedelta(minutes=5))
+    redis_client.delete(*redis_client.scan_iter(match=f"*{kumiko_prefix}*"))  # Redis lost it all
+    assert json.loads(run("rebuild", "--dry-run", "--json"))["worker"] == {
+        "checked": 3,
+        "missing": 3,
+        "pushed": 0,
+    }
+    assert json.loads(run("rebuild", "--json"))["worker"] == {"checked": 3, "missing": 3, "pushed": 3}
+    assert json.loads(run("rebuild", "--json"))["worker"]["missing"] == 0
+    assert "Unfinished runs checked against Redis" in run("rebuild")
+    assert drain() == {"succeeded": 3}
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}

@@ -1,4 +1,4 @@
-"""``manage.py jobs list|trigger|stats``: operator commands (kumiko_jobs/cli, one module each)."""
+"""``manage.py jobs list|trigger|stats|rebuild``: operator commands (kumiko_jobs/cli, one module each)."""
 
 from __future__ import annotations
 
