@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('kumiko_jobs', '0004_runs_scheduled_at_zone'),
+        ('kumiko_jobs', '0004_runs_schedule_zone_correlation'),
     ]
 
     operations = [
