@@ -43,7 +43,7 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "schedules", "observability")
+SECTIONS = ("dispatch", "tasks", "workers", "commands", "tenancy", "peers", "schedules", "observability")
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,15 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
         ours, raw = measure_dispatch(env, plan.dispatch, plan.rounds)
         report.rates += [ours, raw]
         report.ratios.append(Ratio("dispatch() / rq Queue.enqueue", ours.per_second / raw.per_second, 1.0))
+    if "tasks" in sections:
+        from bench.tasks import measure_tasks
+
+        console.log(f"Task.enqueue() vs dispatch(): {plan.rounds} x {plan.dispatch} each")
+        enqueued, dispatched = measure_tasks(env, plan.dispatch, plan.rounds)
+        report.rates += [enqueued, dispatched]
+        report.ratios.append(
+            Ratio("Task.enqueue() / dispatch()", enqueued.per_second / dispatched.per_second, 0.9)
+        )
     if "workers" in sections:
         from bench.worker_rate import measure_workers, run_ours
 

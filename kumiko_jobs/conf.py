@@ -29,6 +29,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # "app_label.Model" of the tenant model; when set, dispatch() checks that a tenant id exists.
     "TENANT_MODEL": None,
     "JOB_MODULE": "jobs",
+    # Module of Django @task functions imported in every installed app at start-up when TASKS
+    # uses KumikoTaskBackend (so the admin lists them); None: tasks are found on first use.
+    "TASK_MODULE": "tasks",
     # Seconds a dispatch waits for Redis before raising QueueUnavailable.
     "REDIS_TIMEOUT": 5.0,
     # Seconds Redis keeps a succeeded job's hash. 0: none (the JobRun table is the history, and a

@@ -104,16 +104,36 @@ class JobContext:
     inline: bool = False
     # The tick's time (aware UTC) for runs of a cron schedule; None for every other run.
     scheduled_at: datetime | None = None
+    # The worker running this attempt ('' inline).
+    worker: str = ""
     # Escape-hatch uses by kind, written by audit.flush_audits() when the handler is done.
     audit_uses: dict[str, int] = field(default_factory=dict, repr=False)
 
     def dispatch(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
-        """Chain a job: same tenant and correlation id unless given."""
+        """Chain a job: same tenant and correlation id unless given.
+
+        Works in ``async def`` handlers too: there the dispatch runs in a helper thread (Django
+        allows no database work inside a running event loop) and the loop waits for it; ``await
+        ctx.adispatch(...)`` lets the loop go on meanwhile."""
+        from kumiko_jobs.async_handlers import call_off_loop, in_event_loop
         from kumiko_jobs.dispatching import dispatch
 
         options.setdefault("tenant", self.tenant_id)
         options.setdefault("correlation_id", self.correlation_id)
+        if in_event_loop():
+            return call_off_loop(dispatch, name, payload, **options)
         return dispatch(name, payload, **options)
+
+    async def adispatch(
+        self, name: str, payload: Mapping[str, Any] | None = None, **options: Any
+    ) -> DispatchResult:
+        """``ctx.dispatch`` for ``async def`` handlers, without blocking the event loop."""
+        from asgiref.sync import sync_to_async
+
+        result: DispatchResult = await sync_to_async(self.dispatch, thread_sensitive=True)(
+            name, payload, **options
+        )
+        return result
 
     def defer(self, delay_ms: int) -> Deferral:
         """``return ctx.defer(ms)``: run again after ``delay_ms``, same attempt (max ``max_defers``)."""

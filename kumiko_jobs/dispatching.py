@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.db import router, transaction
@@ -31,6 +31,7 @@ from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
+from kumiko_jobs.task_jobs import task_priority
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
 from kumiko_jobs.validation import (
     MAX_CORRELATION_ID,
@@ -133,8 +134,10 @@ def prepare(
     fanout_of: str = "",
     scheduled_at: float | None = None,
     zone: str = "",
+    now: datetime | None = None,
 ) -> PreparedJob:
-    """Build a new run's job hash fields and its row, from arguments already validated."""
+    """Build a new run's job hash fields and its row, from arguments already validated
+    (``now``: its queued time, default now)."""
     run_id = run_id or uuid.uuid4()
     wrapper = definition.per_tenant and tenant_id is None
     gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
@@ -156,7 +159,15 @@ def prepare(
         zone=zone,
     )
     return prepared_from_meta(
-        definition, meta, gates, payload, job_id=job_id, delay=delay, unique=unique, retry_of=retry_of
+        definition,
+        meta,
+        gates,
+        payload,
+        job_id=job_id,
+        delay=delay,
+        unique=unique,
+        retry_of=retry_of,
+        now=now,
     )
 
 
@@ -171,12 +182,13 @@ def prepared_from_meta(
     unique: bool = False,
     retry_of: uuid.UUID | None = None,
     admit: bool = True,
+    now: datetime | None = None,
 ) -> PreparedJob:
     """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
     record after Redis lost it)."""
     config = get_config()
     keys = get_keys()
-    now = timezone.now()
+    now = now or timezone.now()
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
     jid = job_id or f"{keys.id_tag}-{uuid.UUID(meta.run_id).hex}"
@@ -190,6 +202,8 @@ def prepared_from_meta(
         failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
         max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
+        # A Django task's run waits in priority order; its payload says which (task_jobs.py).
+        priority=task_priority(payload) if definition.task is not None else None,
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = records.new_run_row(

@@ -1,12 +1,19 @@
 """Run one claimed job: decode it, route it (fan-out wrapper, unknown job, lowered cap) and run
-its handler inside its tenant, span and timeout. The outcome policy lives in outcomes.py."""
+its handler inside its tenant, span and timeout. The outcome policy lives in outcomes.py.
+
+A plain handler runs under the SIGALRM timeout (timeouts.py), an ``async def`` one on the
+thread's event loop with the timeout as a cancellation (async_handlers.py). A Django task's
+runner (task_execution.py) enforces its task's timeout itself, its function may be either.
+"""
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kumiko_jobs import outcomes, records
+from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
 from kumiko_jobs.context import Deferral, JobContext, JobLogger
@@ -112,16 +119,19 @@ def execute(
         log=log,
         inline=inline,
         scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
+        worker=start.worker,
     )
     try:
-        with (
-            correlation_scope(ctx.correlation_id),
-            get_activator()(meta.tenant_id),
-            enforce_timeout(definition.timeout, definition.name),
-        ):
-            result = definition.func(payload, ctx)
-        error: Exception | None = None
+        with correlation_scope(ctx.correlation_id), get_activator()(meta.tenant_id):
+            result = call_handler(definition, payload, ctx)
+        error: BaseException | None = None
     except Exception as exc:
+        error = exc
+    except SystemExit as exc:
+        if definition.task is None:
+            raise
+        # Django's tasks framework records a task's SystemExit as a failure of the task. (A
+        # second SIGTERM lands here too: the attempt fails, and the worker stops after it.)
         error = exc
     finally:
         observer.finishing()
@@ -133,7 +143,21 @@ def execute(
         return outcomes.failed_attempt(definition, job_id, meta, error, log.lines, start=start)
     if isinstance(result, Deferral):
         return outcomes.deferred(definition, job_id, meta, result.delay_ms, log.lines, start)
-    return outcomes.succeeded(definition, job_id, meta, log.lines, start)
+    # Only a task's return value is kept (checked JSON by its runner); a job's is ignored.
+    returned = result if definition.task is not None else None
+    return outcomes.succeeded(definition, job_id, meta, log.lines, start, result=returned)
+
+
+def call_handler(definition: JobDefinition, payload: dict[str, Any], ctx: JobContext) -> Any:
+    """Call the handler within the job's timeout: async handlers on this thread's event loop."""
+    if definition.task is not None:
+        return definition.func(payload, ctx)  # the task runner enforces the timeout itself
+    if inspect.iscoroutinefunction(definition.func):
+        return run_coroutine(
+            definition.func, (payload, ctx), timeout=definition.timeout, job_name=definition.name
+        )
+    with enforce_timeout(definition.timeout, definition.name):
+        return definition.func(payload, ctx)
 
 
 def perform_rq_job(job_name: str, payload: dict[str, Any]) -> None:

@@ -7,7 +7,11 @@ A lane keeps its queued job ids in *flows*, FIFO lists served round-robin (see s
   defer, ``sequential``); the cap is part of the name so the dequeue needs no lookup, and the
   running count is kept under ``|<scope>`` so runs started under an older cap still count after
   a deploy changes it;
-- ``r|<scope>``: runs of ``concurrency="replace"`` (a new run drops the flow's waiting ones).
+- ``r|<scope>``: runs of ``concurrency="replace"`` (a new run drops the flow's waiting ones);
+- ``o`` + any of these (``ot|<tenant>``, ``oc<cap>|<scope>``): the same flow kept in priority
+  order instead of FIFO, for the runs of Django tasks (a sorted set, lua/flow_store.lua): a
+  higher ``priority`` is served first, equal priorities in the order they were queued. Priority
+  orders runs inside one flow only; the ring still serves flows (tenants) in turn.
 
 Limit keys name counters of queued+running runs (skip gates): ``m|<job>|<tenant>`` for
 ``max_per_tenant`` skip, ``k|<scope>`` for ``concurrency="skip"``. A scope is ``<job>|<tenant>``
@@ -28,9 +32,10 @@ CAPPED = "c"
 REPLACE = "r"
 MAX_PER_TENANT = "m"
 SKIP = "k"
+ORDERED = "o"
 IN_RING = "r"
 PARKED = "p"
-_CAPPED_RE = re.compile(rf"^{CAPPED}(\d+)(\|.*)$")
+_CAPPED_RE = re.compile(rf"^{ORDERED}?{CAPPED}(\d+)(\|.*)$")
 
 
 class Limit(NamedTuple):
@@ -56,6 +61,15 @@ def capped_flow(cap: int, scope_key: str) -> str:
 
 def replace_flow(scope_key: str) -> str:
     return f"{REPLACE}|{scope_key}"
+
+
+def ordered_flow(flow: str) -> str:
+    """The priority-ordered variant of ``flow`` (its cap and scope unchanged)."""
+    return flow if is_ordered(flow) else ORDERED + flow
+
+
+def is_ordered(flow: str) -> bool:
+    return flow.startswith(ORDERED)
 
 
 def max_per_tenant_limit(job_name: str, tenant_id: str, limit: int) -> Limit:
@@ -86,14 +100,20 @@ LUA_GRAMMAR = rf"""
 local NO_TENANT_FLOW = '{TENANT}|'
 local IN_RING, PARKED = '{IN_RING}', '{PARKED}'
 
+local function is_ordered(flow)
+  return string.sub(flow, 1, 1) == '{ORDERED}'
+end
+
 local function cap_of(flow)
-  if string.sub(flow, 1, 1) ~= '{CAPPED}' then return nil end
+  local kind = string.sub(flow, 1, 1)
+  if kind == '{ORDERED}' then return tonumber(string.match(flow, '^{ORDERED}{CAPPED}(%d+)|')) end
+  if kind ~= '{CAPPED}' then return nil end
   return tonumber(string.match(flow, '^{CAPPED}(%d+)|'))
 end
 
 -- Running-count field of a capped flow: its scope without the cap (see flows.py).
 local function counter_of(flow)
-  return string.match(flow, '^{CAPPED}%d+(|.*)$')
+  return string.match(flow, '^{ORDERED}?{CAPPED}%d+(|.*)$')
 end
 
 local function each_line(text)

@@ -124,10 +124,13 @@ def start_threads(worker: LaneWorker, count: int, burst: bool) -> list[tuple[thr
 def _thread_main(loop: JobLoop, burst: bool) -> None:
     from django.db import connections
 
+    from kumiko_jobs.async_handlers import close_thread_loop
+
     try:
         loop.run(burst)
     except BaseException:
         logger.exception("worker %s: a job thread stopped unexpectedly", loop.worker.name)
         loop.worker.request_recycle("a job thread stopped unexpectedly")
     finally:
+        close_thread_loop()  # its async handlers' event loop and database thread
         connections.close_all()  # this thread's own connections

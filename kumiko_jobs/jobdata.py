@@ -166,8 +166,10 @@ def job_fields(
     failure_ttl: int,
     status: str,
     max_payload_bytes: int | None = None,
+    priority: int | None = None,
 ) -> list[Any]:
-    """Field/value pairs of a new job hash, in RQ's format."""
+    """Field/value pairs of a new job hash, in RQ's format. ``priority`` orders a Django task's
+    run in its ordered flow (kumiko_pri, read by lua/flow_store.lua)."""
     stamp = utcformat(now)
     # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
     # field is an argument of the enqueue script call.
@@ -187,6 +189,8 @@ def job_fields(
         pairs += ["timeout", math.ceil(timeout)]
     if meta.limit_keys:
         pairs += ["kumiko_lk", meta.limit_keys]
+    if priority:
+        pairs += ["kumiko_pri", priority]
     return pairs
 
 

@@ -32,6 +32,7 @@ RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
 BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
 QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
+SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
@@ -44,6 +45,7 @@ local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
 local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
 local function queued_key(P) return P .. '{QUEUED_SUFFIX}' end
+local function sequence_key(P) return P .. '{SEQUENCE_SUFFIX}' end
 """
 
 
@@ -122,6 +124,9 @@ class Keys:
     def queued_count(self, lane: str) -> str:
         """How many ids the lane's flows hold, kept by the lane scripts (count_queued)."""
         return f"{self.lane(lane)}{QUEUED_SUFFIX}"
+
+    def sequence(self, lane: str) -> str:
+        return f"{self.lane(lane)}{SEQUENCE_SUFFIX}"
 
     # Our own keys ------------------------------------------------------------------------
     @property

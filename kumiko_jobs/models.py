@@ -49,6 +49,8 @@ class JobRun(models.Model):
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     logs = models.JSONField(default=list, blank=True)
+    # A Django task's return value (JSON), set when it succeeds; NULL otherwise.
+    result = models.JSONField(null=True, blank=True)
     defer_count = models.PositiveIntegerField(default=0)
     # Per-tenant fan-out wrappers: how many tenant runs this run enqueued.
     fanout_count = models.PositiveIntegerField(null=True, blank=True)

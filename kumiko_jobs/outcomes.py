@@ -75,8 +75,13 @@ def succeeded(
     meta: JobMeta,
     logs: list[LogLine],
     start: records.Started | None,
+    *,
+    result: Any = None,
 ) -> Outcome:
-    records.safe(records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start)
+    """``result``: what a Django task returned (stored on the run); None for jobs."""
+    records.safe(
+        records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start, result=result
+    )
     run_events.attempt_ended(meta, job_id, "succeeded", started_at=start.at if start else None, final=True)
     return Outcome("ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]))
 
@@ -99,7 +104,13 @@ def failed_attempt(
     record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts
     final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
-    logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
+    line: LogLine = {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}
+    # Which exception and worker, per failed attempt: a Django task's errors and worker ids
+    # are read back from these lines (task_results.py).
+    line["exception"] = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    if start is not None:
+        line["worker"] = start.worker
+    logs = [*logs, line]
     release = release_of(definition, meta)
     started_at = start.at if start else None
     if final:
@@ -113,7 +124,9 @@ def failed_attempt(
             started=start,
         )
         # One line per failed attempt; never the payload (it may carry personal data).
-        run_events.attempt_ended(meta, job_id, "failed", started_at=started_at, final=True, error=message)
+        run_events.attempt_ended(
+            meta, job_id, "failed", started_at=started_at, final=True, error=message, exc=exc
+        )
         return Outcome(
             "failed",
             "failed",
@@ -136,7 +149,7 @@ def failed_attempt(
         max_attempts=max_attempts,
         started=start,
     )
-    run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message)
+    run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message, exc=exc)
     if delay <= 0:
         return Outcome("requeue", "retried", release, meta=next_meta.to_json())
     return Outcome("retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay)

@@ -39,6 +39,7 @@ from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
 from kumiko_jobs.pushing import PreparedJob, push
 from kumiko_jobs.registry import registry
+from kumiko_jobs.task_jobs import on_run_lane
 
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 500
@@ -78,6 +79,7 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
     if definition is None:
         logger.warning("kumiko_jobs: run %s of undeclared job %r stays where it is", row.pk, row.job_name)
         return None
+    definition = on_run_lane(definition, row.lane)
     gates = gates_for(definition, row.tenant_id, get_keys(), wrapper=target is not None)
     meta = JobMeta(
         run_id=str(row.pk),

@@ -155,8 +155,10 @@ def mark_running(
 
 
 def mark_succeeded(
-    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None
+    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
 ) -> None:
+    """``result``: a Django task's JSON return value (None is the column's default, never written)."""
+    values: dict[str, Any] = {} if result is None else {"result": result}
     _finish(
         meta,
         started,
@@ -166,6 +168,7 @@ def mark_succeeded(
         logs=_all_logs(meta, logs),
         error="",
         traceback="",
+        **values,
     )
 
 

@@ -1,5 +1,6 @@
 """What is said when an attempt ends: one process log line per attempt (never the payload),
-and the attempt's metrics (metrics.py).
+the attempt's metrics (metrics.py), and Django's ``task_finished`` for the runs of Django tasks
+(task_execution.py).
 
 Called by the outcome policy after the run's record is written, in the process where the
 attempt ended.
@@ -10,9 +11,10 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from kumiko_jobs import metrics
+from kumiko_jobs import metrics, task_execution
 from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.registry import registry
 
 logger = logging.getLogger("kumiko_jobs.runs")
 _LEVELS = {"failed": logging.ERROR, "retried": logging.WARNING}
@@ -27,10 +29,15 @@ def attempt_ended(
     final: bool = False,
     error: str | None = None,
     deferral: str | None = None,
+    exc: BaseException | None = None,
 ) -> None:
     """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt (``error``
     is scrubbed text) and record its metrics; ``deferral`` says why a run was put back without
-    using an attempt (handler, over_cap, unknown_job)."""
+    using an attempt (handler, over_cap, unknown_job). For a Django task's run, send
+    ``task_finished`` when it is final (``exc``: what failed it)."""
+    definition = registry.find(meta.job_name)
+    if definition is not None and definition.task is not None:
+        task_execution.attempt_ended(definition, meta, outcome, final=final, exc=exc)
     seconds = (datetime.now(UTC) - started_at).total_seconds() if started_at else None
     metrics.attempt_ended(meta.job_name, outcome, seconds, wrapper=wrapped_job(meta.job_name) is not None)
     if deferral is not None:

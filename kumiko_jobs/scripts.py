@@ -125,7 +125,7 @@ def _source(name: str) -> str:
 
 @cache
 def _lane_script(name: str) -> str:
-    return "\n".join((LUA_KEY_HELPERS, LUA_GRAMMAR, _source("common"), _source(name)))
+    return "\n".join((LUA_KEY_HELPERS, LUA_GRAMMAR, _source("flow_store"), _source("common"), _source(name)))
 
 
 class LaneScripts:

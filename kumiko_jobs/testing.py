@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from django.conf import settings
 
+from kumiko_jobs.async_handlers import close_thread_loop
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.execution import run_claimed
@@ -51,6 +52,8 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
         if time.monotonic() + max(wait, 0) > deadline:
             break
         time.sleep(max(wait, 0.005))
+    # Async handlers' database thread keeps a connection: give it back, as a stopping worker does.
+    close_thread_loop()
     return dict(counts)
 
 

@@ -107,6 +107,12 @@ KUMIKO_JOBS: dict[str, Any] = {
 # No RQ_QUEUES or RQ here: kumiko_jobs gives django-rq the lanes' queues and its queue class
 # (kumiko_jobs/dashboard/setup.py), as it does in a user's project.
 
+# Django's tasks framework on kumiko_jobs: a @task is a kumiko job, .enqueue() a kumiko run on
+# the lane its queue_name names ("default", a task without queue_name, is the worker lane).
+TASKS: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "kumiko_jobs.backends.KumikoTaskBackend", "QUEUES": ["worker", "api"]},
+}
+
 # No LOGGING: Django's default. runjobs gives itself timestamped output on stderr (-v 0..3);
 # a project that configures the kumiko_jobs logger keeps its own (worker_logging.py).
 

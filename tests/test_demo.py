@@ -40,10 +40,13 @@ def test_demo_jobs_are_registered_as_declared_and_pass_the_checks() -> None:
     triggers = registry.get("demo.index_note").triggers
     assert any(isinstance(t, EventTrigger) and t.events == ("note.created",) for t in triggers)
     assert registry.for_event("note.created") == [registry.get("demo.index_note")]
+    # The demo's Django @task is a job like the others (the admin lists it).
+    task = registry.get("project.demo.tasks.count_notes")
+    assert task.task is not None and task.lane == "worker"
     call_command("check", fail_level="WARNING")  # raises SystemCheckError on any finding
 
 
-@pytest.mark.parametrize("total", [15, 60, 61, 200])
+@pytest.mark.parametrize("total", [18, 60, 61, 200])
 def test_plan_gives_every_tenant_every_kind_and_one_failing_run(total: int) -> None:
     tenants = [Tenant(pk=pk, name=name, slug=name.lower()) for pk, name in enumerate(TENANT_NAMES, 1)]
     planned = scenario.plan(tenants, total)
@@ -53,7 +56,7 @@ def test_plan_gives_every_tenant_every_kind_and_one_failing_run(total: int) -> N
         assert set(kinds) == set(scenario.KINDS)
         assert kinds["fails"] == 1
         if total >= 60:
-            assert kinds["quick"] >= 2 * sum(kinds.values()) // 3  # mostly quick
+            assert kinds["quick"] > sum(kinds.values()) // 2  # mostly quick
     # Tenants take turns, so no tenant's runs are all queued behind another's.
     assert [run.tenant for run in planned[:3]] == tenants
 

@@ -228,6 +228,17 @@ def _per_tenant(d: JobDefinition) -> Iterator[Problem]:
         )
 
 
+def _django_task(d: JobDefinition) -> Iterator[Problem]:
+    mpt = d.max_per_tenant
+    if d.task is not None and isinstance(mpt, MaxPerTenant) and mpt.on_limit == "skip":
+        yield (
+            'a Django task cannot use max_per_tenant with on_limit="skip": .enqueue() must return '
+            "a result, so a task's runs over the cap wait instead.",
+            f'Use @task(max_per_tenant={mpt.limit}) or MaxPerTenant({mpt.limit}, on_limit="defer").',
+            "E501",
+        )
+
+
 _GROUPS: tuple[Callable[[JobDefinition], Iterator[Problem]], ...] = (
     _lane,
     _triggers,
@@ -239,10 +250,13 @@ _GROUPS: tuple[Callable[[JobDefinition], Iterator[Problem]], ...] = (
     _handler,
     _per_tenant,
     *SCHEDULE_GROUPS,
+    _django_task,
 )
 
 
 def _where(d: JobDefinition) -> str:
+    if d.task is not None:
+        return d.task.module_path
     return f"{getattr(d.func, '__module__', '?')}.{getattr(d.func, '__qualname__', '?')}"
 
 

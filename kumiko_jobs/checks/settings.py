@@ -217,6 +217,17 @@ def _log_job_lines(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _task_module(config: dict[str, Any]) -> Iterator[Problem]:
+    module = config["TASK_MODULE"]
+    if module is not None and (not isinstance(module, str) or not _MODULE_RE.match(module)):
+        yield (
+            f"KUMIKO_JOBS['TASK_MODULE'] = {module!r} is not a module name or None.",
+            "The module of Django @task functions imported at start-up when TASKS uses "
+            "KumikoTaskBackend, e.g. 'tasks' (the default); None imports none.",
+            "E506",
+        )
+
+
 _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _queue_prefix,
     _hooks,
@@ -232,4 +243,5 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     *SCHEDULE_RULES,
     _scrubber,
     _log_job_lines,
+    _task_module,
 )

@@ -1,5 +1,6 @@
--- Shared helpers of every lane script. Prepended after the key helpers (keys.py) and the flow
--- grammar (flows.py). P is a lane's key prefix ("<prefix>:<lane>:").
+-- Shared helpers of every lane script. Prepended after the key helpers (keys.py), the flow
+-- grammar (flows.py) and the flow store (flow_store.lua). P is a lane's key prefix
+-- ("<prefix>:<lane>:").
 
 -- Make sure an idle worker blocked on the lane's wake list gets up.
 local function arm(P)
@@ -20,7 +21,7 @@ end
 
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
 local function push_flow(P, flow, id, front)
-  if front then redis.call('LPUSH', flow_key(P, flow), id) else redis.call('RPUSH', flow_key(P, flow), id) end
+  flow_add(P, flow, id, front)
   count_queued(P, 1)
   if redis.call('HGET', state_key(P), flow) then return end
   local cap = cap_of(flow)
@@ -54,7 +55,7 @@ local function unpark(P, flow)
   local cap = cap_of(flow)
   if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
   if running_count(P, flow) >= cap then return end
-  if redis.call('LLEN', flow_key(P, flow)) > 0 then
+  if flow_size(P, flow) > 0 then
     redis.call('RPUSH', ring_key(P), flow)
     redis.call('HSET', state_key(P), flow, IN_RING)
     arm(P)
@@ -102,7 +103,7 @@ end
 -- concurrency="replace": the waiting runs of a flow will never run. Returns their ids.
 local function drop_waiting(P, active, flow)
   local dropped = {}
-  for _, old in ipairs(redis.call('LRANGE', flow_key(P, flow), 0, -1)) do
+  for _, old in ipairs(flow_ids(P, flow)) do
     forget_limits(active, redis.call('HGET', job_key(old), 'kumiko_lk'))
     redis.call('HSET', job_key(old), 'status', 'canceled')
     redis.call('EXPIRE', job_key(old), 86400)
@@ -157,8 +158,9 @@ local function unring(P, flow)
   redis.call('LREM', ring_key(P), -1, flow)
 end
 
--- A flow whose key is not a list (written by something else) is taken out of service and listed
--- for operators, so one bad key cannot stop the lane.
+-- A flow whose key is not of its kind (a list; a sorted set for an ordered flow), written by
+-- something else, is taken out of service and listed for operators, so one bad key cannot stop
+-- the lane.
 local function quarantine(P, flow, cap)
   if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
   unring(P, flow)
@@ -193,15 +195,16 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
       unring(P, flow)
       redis.call('HSET', state_key(P), flow, PARKED)
     else
-      id = redis.pcall('LPOP', flow_key(P, flow))
-      if type(id) == 'table' then
+      local broken
+      id, broken = flow_pop(P, flow)
+      if broken then
         quarantine(P, flow, cap)
         id = false
       elseif not id then
         if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
         unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
-      elseif redis.call('LLEN', flow_key(P, flow)) == 0 then
+      elseif flow_size(P, flow) == 0 then
         unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
       elseif cap and running >= cap then

@@ -409,3 +409,49 @@ def raise_secret(payload: dict[str, Any], ctx: JobContext) -> None:
     ctx.log.info("working for %s", "ann@example.com")
     ctx.log.child(token=FAKE_TOKEN).warning("retrying with card 5555-5555-5555-4444")
     raise ValueError(SECRET_TEXT)
+
+
+# --- async def handlers (tests/test_async_handlers.py) -----------------------------------------
+
+
+@job(name="tests.async_record")
+async def async_record(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Awaits, logs, reads the active tenant, and chains jobs both ways when asked."""
+    import asyncio
+
+    from kumiko_jobs.tenancy import current_tenant_id
+
+    await asyncio.sleep(0)
+    ctx.log.info("async handler ran for %s", ctx.tenant_id)
+    fields = {"active_tenant": current_tenant_id(), **_ctx_fields(ctx)}
+    if payload.get("chain"):
+        fields["chained"] = ctx.dispatch("tests.record", {"n": "from-async"}).run_id
+    if payload.get("achain"):
+        fields["achained"] = (await ctx.adispatch("tests.record", {"n": "from-async-a"})).run_id
+    if payload.get("leak"):
+        # A task left running: cancelled when the handler returns, never run in a later job.
+        async def leaked() -> None:
+            await asyncio.sleep(0.05)
+            trace("leaked_ran")
+
+        asyncio.get_running_loop().create_task(leaked())
+    trace("async_record", payload=payload, **fields)
+
+
+@job(name="tests.async_slow", timeout=0.2, retries=1)
+async def async_slow(payload: dict[str, Any], ctx: JobContext) -> None:
+    import asyncio
+
+    trace("async_slow_start", **_ctx_fields(ctx))
+    await asyncio.sleep(float(payload.get("seconds", 2)))
+    trace("async_slow_end", **_ctx_fields(ctx))
+
+
+@job(name="tests.async_note")
+async def async_note(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Django's async ORM inside the tenant's scope (activated around the coroutine)."""
+    from project.demo.models import Note
+
+    note = await Note.objects.acreate(tenant_id=ctx.tenant_id, text=str(payload.get("text", "async")))
+    seen = sorted({n.tenant_id async for n in Note.objects.all()})
+    trace("async_note", note=note.pk, seen=seen, **_ctx_fields(ctx))

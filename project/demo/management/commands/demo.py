@@ -172,7 +172,8 @@ class Command(BaseCommand):
                 console.print(f"  - {escape(problem)}")
         else:
             console.print(
-                "[green]Every run ended as expected:[/] quick, api and event jobs succeeded, flaky ones "
+                "[green]Every run ended as expected:[/] quick, api and event jobs and the Django task "
+                "succeeded, flaky ones "
                 f"on attempt {scenario.EXPECTED['flaky'].attempt}, always-failing ones failed after a retry."
             )
         console.print(f"Worker logs: {', '.join(str(w.log_path) for w in workers)}")
