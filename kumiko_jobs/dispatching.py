@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.db import router, transaction
 from django.utils import timezone
 
-from kumiko_jobs import records
+from kumiko_jobs import records, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
@@ -29,6 +29,7 @@ from kumiko_jobs.observability import current_correlation_id, current_trace_carr
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
+from kumiko_jobs.tenant_history import is_tenant_visible, subject_of
 from kumiko_jobs.validation import (
     MAX_CORRELATION_ID,
     MAX_TRIGGER_NAME,
@@ -120,8 +121,10 @@ def prepare(
     run_id: uuid.UUID | None = None,
     retry_of: uuid.UUID | None = None,
     fanout_of: str = "",
+    fanout_parent: str = "",
 ) -> PreparedJob:
-    """Build a run's job hash fields and its row, from arguments already validated."""
+    """Build a run's job hash fields and its row, from arguments already validated (the
+    subject fields are checked here: InvalidPayload names a non-primitive one)."""
     config = get_config()
     keys = get_keys()
     run_id = run_id or uuid.uuid4()
@@ -143,6 +146,9 @@ def prepare(
         flow=gates.flow,
         limit_keys=gates.limit_keys,
         fanout_of=fanout_of if wrapper else "",
+        fanout_parent=fanout_parent,
+        subject=subject_of(definition, payload),
+        tenant_visible=is_tenant_visible(definition, tenant_id),
     )
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
@@ -211,10 +217,15 @@ def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
             records.safe(records.delete_unpushed, p.row.id)
         raise
     if pushed.dropped:
-        records.safe(
-            records.mark_dropped, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}"
-        )
+        records.safe(drop_replaced, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}")
+    if recorded and pushed.status == "queued":
+        run_events.queued([p.row])
     return _result(p, pushed)
+
+
+def drop_replaced(job_ids: Sequence[str], *, now: datetime, reason: str) -> None:
+    """Runs a ``replace`` push took out of their flow: dropped, and said so."""
+    run_events.dropped(records.mark_dropped(job_ids, now=now, reason=reason))
 
 
 def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
@@ -240,7 +251,7 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
         records.insert_queued(new_rows)
     for p, o in zip(prepared, outcomes, strict=True):
         if o.dropped:
-            records.mark_dropped(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
+            drop_replaced(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
         if o.status == "debounced" and o.pending_job_id:
             records.merge_debounced(
                 o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
@@ -248,6 +259,10 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
         if rows_exist and o.status != "queued":
             # Recorded inside the caller's transaction, but a gate said no at commit time.
             records.mark_not_enqueued(p.row.id, now=now, reason=o.reason or o.status)
+            run_events.dropped([p.row])
+    # Inside atomic() the rows were written with the caller's transaction and this runs after
+    # its commit: a rolled-back dispatch never says it was queued.
+    run_events.queued(p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued")
 
 
 def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
@@ -256,5 +271,6 @@ def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
     except QueueUnavailable as exc:
         # The rows were committed with the caller's transaction; make the loss visible.
         records.mark_never_pushed([p.row.id for p in prepared], now=timezone.now(), error=str(exc))
+        run_events.failed_rows([p.row for p in prepared], error=f"Never reached Redis: {exc}")
         raise
     records.safe(record_pushes, prepared, pushed, rows_exist=True)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from kumiko_jobs import outcomes, records
+from kumiko_jobs import outcomes, records, run_events
 from kumiko_jobs.conf import import_setting
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.dispatching import prepare
@@ -61,6 +61,7 @@ def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], target: str
         return outcomes.unknown_job(job_id, meta, target)
     now = datetime.now(UTC)
     records.safe(records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=worker, now=now)
+    run_events.started(meta, job_id)
     try:
         total = 0
         for batch in _batches(active_tenant_ids(), BATCH):
@@ -95,6 +96,7 @@ def _enqueue_batch(
             correlation_id=meta.correlation_id,
             trigger_name=meta.trigger_name,
             job_id=child_id,
+            fanout_parent=base,
             unique=True,
             # Same id on every attempt, so a row recorded late matches what Redis holds.
             run_id=uuid.uuid5(uuid.NAMESPACE_URL, child_id),
@@ -108,7 +110,8 @@ def _enqueue_batch(
         pushed = push_batch(prepared) if simple else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
-        records.insert_queued(
-            [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
-        )
+        rows = [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
+        records.insert_queued(rows)
+        # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
+        run_events.queued(rows)
     return len(tenants)

@@ -15,6 +15,10 @@ from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.scripts import FinishAndClaimArgs, PromoteArgs, argv, scripts_for
 
 
+# Outcomes counted in the lanes' hourly counters (the console's throughput and failure rates).
+COUNTED_OUTCOMES = ("succeeded", "failed", "retried", "deferred")
+
+
 @dataclass(frozen=True)
 class ClaimedJob:
     """A job a worker took from its lane: raw hash fields, decoded by execution.run_claimed."""
@@ -67,6 +71,9 @@ def finish_and_claim(
         flow=release.flow if release else "",
         limit_keys=release.limit_keys if release else "",
         current_flow=release.current_flow if release else "",
+        stat=outcome.counted_as if outcome and outcome.counted_as in COUNTED_OUTCOMES else "",
+        stat_job=outcome.job_name if outcome else "",
+        stat_tenant=(outcome.tenant_id or "") if outcome else "",
     )
     raw = scripts_for(client).finish_and_claim(
         keys=[

@@ -41,6 +41,9 @@ class Started:
     payload: Mapping[str, Any]
     worker: str
     at: datetime
+    # The start was recorded on its own and job_started sent (a run that lasted); short runs
+    # get both with their outcome.
+    announced: bool = False
 
 
 def new_run_row(
@@ -71,6 +74,9 @@ def new_run_row(
         updated_at=queued_at,
         retry_of=retry_of,
         fanout_of=meta.fanout_of,
+        fanout_parent=meta.fanout_parent,
+        subject=meta.subject,
+        tenant_visible=meta.tenant_visible,
     )
 
 
@@ -329,11 +335,19 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
     return False
 
 
-def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
-    """Queued runs that will never run (replaced); a run that already started is left alone."""
-    JobRun.objects.filter(job_id__in=list(job_ids), status=RunStatus.QUEUED).update(
-        status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
-    )
+def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> list[JobRun]:
+    """Queued runs that will never run (replaced, canceled); a run that already started is left
+    alone. Returns the dropped rows (the fields of ``run_events.DROPPED_FIELDS``), for the
+    job_dropped signal. Redis took them out of their flows first, so no worker can start them
+    between the read and the update."""
+    ids = list(job_ids)
+    waiting = JobRun.objects.filter(job_id__in=ids, status=RunStatus.QUEUED)
+    rows = list(waiting.only(*_DROPPED_FIELDS))
+    if rows:
+        JobRun.objects.filter(pk__in=[row.pk for row in rows], status=RunStatus.QUEUED).update(
+            status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
+        )
+    return rows
 
 
 def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
@@ -348,6 +362,9 @@ def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str
     JobRun.objects.filter(pk__in=run_ids).update(
         status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {error}"
     )
+
+
+_DROPPED_FIELDS = ("id", "job_id", "job_name", "tenant_id", "attempt", "max_attempts", "lane")
 
 
 def delete_unpushed(run_id: uuid.UUID) -> None:

@@ -13,7 +13,7 @@ import time
 
 from django.db import connections
 
-from kumiko_jobs import records
+from kumiko_jobs import records, run_events
 from kumiko_jobs.jobdata import JobMeta
 
 
@@ -30,9 +30,12 @@ class RunningMarker(threading.Thread):
             self._current = (meta, start, time.monotonic() + self.delay)
             self._cond.notify()
 
-    def finishing(self) -> None:
+    def finishing(self) -> bool:
+        """Whether this thread recorded the run's start (and sent job_started)."""
         with self._cond:  # waits for a "running" write in flight
+            recorded = self._current is None
             self._current = None
+            return recorded
 
     def stop(self) -> None:
         with self._cond:
@@ -59,6 +62,8 @@ class RunningMarker(threading.Thread):
                         worker=start.worker,
                         now=start.at,
                     )
+                    # Under the lock, so it precedes the outcome's signals (finishing() waits).
+                    run_events.started(meta, start.job_id)
                     self._current = None
         finally:
             connections.close_all()  # this thread's own connections

@@ -65,6 +65,9 @@ class FinishAndClaimArgs(NamedTuple):
     flow: str  # the finished run's flow (frees its cap slot)
     limit_keys: str  # the finished run's skip limits
     current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
+    stat: str  # the outcome counted in the lane's hourly counters ('' = not counted)
+    stat_job: str  # the finished run's job name
+    stat_tenant: str  # and tenant ('' = none)
 
 
 class PromoteArgs(NamedTuple):

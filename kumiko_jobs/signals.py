@@ -1,0 +1,60 @@
+"""Lifecycle signals of runs, for a project's own reactions (error trackers, notifications).
+
+Each is a Django signal sent with ``sender`` = the job name and ``run`` = a ``RunInfo``;
+``job_failed`` also gets ``final`` (no attempt follows). They are sent once per transition, in
+the process where it happened (a worker, or the dispatching process for ``job_queued`` and
+``job_dropped``), after the run's record is written. A receiver that raises is logged and
+never fails or retries a job. Receivers run on the worker's hot path: keep them quick, and
+dispatch a job for slow work.
+
+======================  ==============================================================
+``job_queued``          a new run was queued (after commit when dispatched in atomic())
+``job_started``         an attempt started (short runs: sent with their outcome)
+``job_succeeded``       the run succeeded
+``job_failed``          an attempt failed; ``final=True`` when the run failed for good
+``job_deferred``        the handler deferred the run (``ctx.defer``)
+``job_dropped``         a waiting run will never run (replaced, canceled, refused at commit)
+======================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.dispatch import Signal
+
+job_queued = Signal()
+job_started = Signal()
+job_succeeded = Signal()
+job_failed = Signal()
+job_deferred = Signal()
+job_dropped = Signal()
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a receiver learns about the run: never its payload.
+
+    ``error`` is the final failure's message (scrubbed when a scrubber is configured), else None.
+    """
+
+    run_id: str
+    job_id: str
+    job_name: str
+    tenant_id: str | None
+    attempt: int
+    final_attempt: bool
+    lane: str
+    status: str
+    error: str | None = None
+
+
+__all__ = [
+    "RunInfo",
+    "job_deferred",
+    "job_dropped",
+    "job_failed",
+    "job_queued",
+    "job_started",
+    "job_succeeded",
+]
