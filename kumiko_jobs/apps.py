@@ -15,3 +15,5 @@ class KumikoJobsConfig(AppConfig):
         from kumiko_jobs.conf import get_config
 
         autodiscover_modules(get_config()["JOB_MODULE"])
+        # The built-in jobs (retention), whatever JOB_MODULE says.
+        from kumiko_jobs import jobs  # noqa: F401

@@ -16,7 +16,8 @@ from django.db import connections, router
 from kumiko_jobs.models import TenantFailure
 
 _COLUMNS = (
-    "tenant_id", "job_name", "subject", "message_key", "count", "first_failed_at", "last_failed_at", "last_run_id",
+    "tenant_id", "job_name", "subject", "message_key", "count",
+    "first_failed_at", "last_failed_at", "last_run_id",
 )  # fmt: skip
 
 

@@ -14,7 +14,6 @@ from kumiko_jobs.keys import Keys
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.scripts import FinishAndClaimArgs, PromoteArgs, argv, scripts_for
 
-
 # Outcomes counted in the lanes' hourly counters (the console's throughput and failure rates).
 COUNTED_OUTCOMES = ("succeeded", "failed", "retried", "deferred")
 

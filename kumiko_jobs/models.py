@@ -78,14 +78,18 @@ class JobRun(models.Model):
             models.Index(fields=("correlation_id",), name="kj_run_correlation"),
             # Partial: only rows of their kind pay for these.
             models.Index(
-                fields=("tenant_id", "-queued_at"), name="kj_run_tenant_visible", condition=Q(tenant_visible=True)
+                fields=("tenant_id", "-queued_at"),
+                name="kj_run_tenant_visible",
+                condition=Q(tenant_visible=True),
             ),
             models.Index(
                 fields=("tenant_id", "job_name", "subject", "-queued_at"),
                 name="kj_run_tenant_subject",
                 condition=Q(tenant_visible=True),
             ),
-            models.Index(fields=("fanout_parent",), name="kj_run_fanout_parent", condition=~Q(fanout_parent="")),
+            models.Index(
+                fields=("fanout_parent",), name="kj_run_fanout_parent", condition=~Q(fanout_parent="")
+            ),
             # Small: only unfinished rows, for stale-run repair and "what is running now".
             models.Index(
                 fields=("status", "updated_at"),

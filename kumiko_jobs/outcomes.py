@@ -196,7 +196,9 @@ def _announce_start(meta: JobMeta, job_id: str, start: records.Started | None) -
         run_events.started(meta, job_id)
 
 
-def _record_tenant_failure(definition: JobDefinition | None, meta: JobMeta, exc: BaseException, now: datetime) -> None:
+def _record_tenant_failure(
+    definition: JobDefinition | None, meta: JobMeta, exc: BaseException, now: datetime
+) -> None:
     declared = definition.tenant_visible_failure if definition is not None else None
     if declared is None or not meta.tenant_id:
         return  # not declared, or a system run: no tenant to tell

@@ -26,7 +26,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from kumiko_jobs import db_connections
 from kumiko_jobs.jobdata import JobMeta
-from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -365,6 +365,12 @@ def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str
 
 
 _DROPPED_FIELDS = ("id", "job_id", "job_name", "tenant_id", "attempt", "max_attempts", "lane")
+
+
+def delete_runs(run_ids: Sequence[uuid.UUID]) -> int:
+    """Retention: delete these finished runs (retention.py picks them, a batch at a time)."""
+    deleted, _ = JobRun.objects.filter(pk__in=run_ids, status__in=FINISHED_STATUSES).delete()
+    return deleted
 
 
 def delete_unpushed(run_id: uuid.UUID) -> None:

@@ -10,6 +10,7 @@ costs one check; receivers that raise are logged and never fail the job.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -79,9 +80,7 @@ def succeeded(meta: JobMeta, job_id: str) -> None:
 def failed(meta: JobMeta, job_id: str, *, final: bool, error: str) -> None:
     """An attempt failed; the message travels only with the final failure."""
     status = RunStatus.FAILED if final else RunStatus.QUEUED
-    _announce(
-        signals.job_failed, meta, job_id, status, error=scrubbed(error) if final else None, final=final
-    )
+    _announce(signals.job_failed, meta, job_id, status, error=scrubbed(error) if final else None, final=final)
 
 
 def deferred(meta: JobMeta, job_id: str) -> None:
@@ -160,7 +159,8 @@ def _listened(signal: Signal, sender: str) -> bool:
 
 def _send(signal: Signal, info: RunInfo, **extra: Any) -> None:
     try:
-        responses = signal.send_robust(sender=info.job_name, run=info, **extra)
+        # Interned: receivers connected with sender="<job name>" match by identity (JobSignal).
+        responses = signal.send_robust(sender=sys.intern(info.job_name), run=info, **extra)
     except Exception:
         # send_robust catches receivers' exceptions; this is a receiver that cannot be called.
         signal_logger.exception("kumiko_jobs: sending a signal for run %s failed", info.run_id)

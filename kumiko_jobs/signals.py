@@ -19,16 +19,43 @@ dispatch a job for slow work.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.dispatch import Signal
 
-job_queued = Signal()
-job_started = Signal()
-job_succeeded = Signal()
-job_failed = Signal()
-job_deferred = Signal()
-job_dropped = Signal()
+
+class JobSignal(Signal):
+    """A Django signal whose ``sender`` is a job name. Django matches senders by identity, and
+    two equal strings are often different objects, so names are interned on both sides:
+    ``job_failed.connect(receiver, sender="billing.export")`` works as it reads."""
+
+    def connect(
+        self, receiver: Callable[..., Any], sender: Any = None, weak: bool = True, dispatch_uid: Any = None
+    ) -> None:
+        super().connect(receiver, _interned(sender), weak, dispatch_uid)
+
+    def disconnect(
+        self, receiver: Callable[..., Any] | None = None, sender: Any = None, dispatch_uid: Any = None
+    ) -> bool:
+        return super().disconnect(receiver, _interned(sender), dispatch_uid)
+
+    def has_listeners(self, sender: Any = None) -> bool:
+        return super().has_listeners(_interned(sender))
+
+
+def _interned(sender: Any) -> Any:
+    return sys.intern(sender) if type(sender) is str else sender
+
+
+job_queued = JobSignal()
+job_started = JobSignal()
+job_succeeded = JobSignal()
+job_failed = JobSignal()
+job_deferred = JobSignal()
+job_dropped = JobSignal()
 
 
 @dataclass(frozen=True)
@@ -50,6 +77,7 @@ class RunInfo:
 
 
 __all__ = [
+    "JobSignal",
     "RunInfo",
     "job_deferred",
     "job_dropped",

@@ -96,30 +96,36 @@ def parse_subject(subject: str | None) -> dict[str, Any] | None:
 def tenant_runs(
     tenant: Any, *, job: str | None = None, subject: str | Mapping[str, Any] | None = None
 ) -> QuerySet[Any, dict[str, Any]]:
-    """The tenant's tenant-visible runs, newest first, as dicts of ``TENANT_RUN_FIELDS``.
+    """The tenant's tenant-visible runs, newest first, as dicts of ``TENANT_RUN_FIELDS``
+    (dropped runs left out: they never ran).
 
     ``job`` narrows to one job; ``subject`` to one subject, given as stored (a canonical JSON
     string) or as a mapping of field -> value (with ``job``, missing fields count as None).
     """
-    from kumiko_jobs.models import JobRun
+    from kumiko_jobs.models import JobRun, RunStatus
 
-    runs = JobRun.objects.filter(tenant_id=_tenant_id(tenant), tenant_visible=True)
+    # A dropped run (replaced by a newer one, canceled) never ran: nothing the tenant waits for.
+    runs = JobRun.objects.filter(tenant_id=_tenant_id(tenant), tenant_visible=True).exclude(
+        status=RunStatus.DROPPED
+    )
     if job is not None:
         runs = runs.filter(job_name=job)
     if subject is not None:
         runs = runs.filter(subject=_subject_filter(subject, job))
-    return runs.order_by("-queued_at").values(*TENANT_RUN_FIELDS)
+    rows: QuerySet[Any, dict[str, Any]] = runs.order_by("-queued_at").values(*TENANT_RUN_FIELDS)
+    return rows
 
 
 def tenant_failures(tenant: Any) -> QuerySet[Any, dict[str, Any]]:
     """The tenant's open failure records, newest first, as dicts of ``TENANT_FAILURE_FIELDS``."""
     from kumiko_jobs.models import TenantFailure
 
-    return (
+    rows: QuerySet[Any, dict[str, Any]] = (
         TenantFailure.objects.filter(tenant_id=_tenant_id(tenant))
         .order_by("-last_failed_at")
         .values(*TENANT_FAILURE_FIELDS)
     )
+    return rows
 
 
 def _tenant_id(tenant: Any) -> str:

@@ -31,6 +31,8 @@ from kumiko_jobs.checks import check_settings
         ({"ABANDONED_RETRIES": -1}, "kumiko_jobs.E030", "ABANDONED_RETRIES"),
         ({"JOB_MODULE": "my jobs"}, "kumiko_jobs.E031", "JOB_MODULE"),
         ({"JOB_MODULE": None}, "kumiko_jobs.E031", "JOB_MODULE"),
+        ({"RUN_RETENTION": 60}, "kumiko_jobs.E305", "RUN_RETENTION"),
+        ({"AUDIT_RETENTION": 86400.5}, "kumiko_jobs.E305", "AUDIT_RETENTION"),
         ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
     ],
 )
