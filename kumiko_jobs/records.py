@@ -335,16 +335,17 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
     return False
 
 
-def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> list[JobRun]:
-    """Queued runs that will never run (replaced, canceled); a run that already started is left
-    alone. Returns the dropped rows (the fields of ``run_events.DROPPED_FIELDS``), for the
-    job_dropped signal. Redis took them out of their flows first, so no worker can start them
-    between the read and the update."""
-    ids = list(job_ids)
-    waiting = JobRun.objects.filter(job_id__in=ids, status=RunStatus.QUEUED)
-    rows = list(waiting.only(*_DROPPED_FIELDS))
+def mark_dropped(
+    job_ids: Iterable[str], *, now: datetime, reason: str, waiting: Sequence[str] = (RunStatus.QUEUED,)
+) -> list[JobRun]:
+    """Waiting runs that will never run (replaced; canceled, also when deferred); a run that
+    already started is left alone. Returns the dropped rows (the fields of
+    ``run_events.DROPPED_FIELDS``), for the job_dropped signal. Redis took them out of their
+    flows first, so no worker can start them between the read and the update."""
+    query = JobRun.objects.filter(job_id__in=list(job_ids), status__in=waiting)
+    rows = list(query.only(*_DROPPED_FIELDS))
     if rows:
-        JobRun.objects.filter(pk__in=[row.pk for row in rows], status=RunStatus.QUEUED).update(
+        JobRun.objects.filter(pk__in=[row.pk for row in rows], status__in=waiting).update(
             status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
         )
     return rows

@@ -70,6 +70,14 @@ class FinishAndClaimArgs(NamedTuple):
     stat_tenant: str  # and tenant ('' = none)
 
 
+class CancelArgs(NamedTuple):
+    """ARGV of lua/cancel.lua; per lane its (queue name, lane prefix), then the job ids."""
+
+    now_iso: str
+    ttl: int  # how long a canceled job hash is kept (stale-run repair reads its status)
+    lanes: int
+
+
 class PromoteArgs(NamedTuple):
     now: float
     limit: int
@@ -107,6 +115,7 @@ class LaneScripts:
         self.enqueue_many: Script = client.register_script(_lane_script("enqueue_many"))
         self.finish_and_claim: Script = client.register_script(_lane_script("finish_and_claim"))
         self.promote: Script = client.register_script(_lane_script("promote"))
+        self.cancel: Script = client.register_script(_lane_script("cancel"))
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
         self.take_abandoned: Script = client.register_script(_source("take_abandoned"))
 
