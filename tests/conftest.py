@@ -72,7 +72,9 @@ def staff_client(settings: Any, django_user_model: Any) -> Any:
 
     def login(username: str) -> Client:
         user = django_user_model.objects.create_user(username=username, is_staff=True)
-        user.user_permissions.add(*Permission.objects.filter(codename__in=["view_jobrun", "view_tenantfailure"]))
+        user.user_permissions.add(
+            *Permission.objects.filter(codename__in=["view_jobrun", "view_tenantfailure"])
+        )
         client = Client()
         client.force_login(user)
         return client

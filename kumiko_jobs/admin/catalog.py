@@ -3,6 +3,7 @@ success and 24-hour failure rate, and a Trigger form that dispatches it through 
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -132,6 +133,7 @@ class JobCatalogAdmin(admin.ModelAdmin[JobCatalog]):
             "title": f"Trigger {name}",
             "opts": self.opts,
             "definition": definition,
+            "doc": inspect.getdoc(definition.func) or "",
             "triggers": trigger_labels(definition),
             "form": form,
         }
