@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 RUNS = "/admin/kumiko_jobs/jobrun/"
 FAILURES = "/admin/kumiko_jobs/tenantfailure/"
 EXPORT = "tests.export_invoice"
-SECRET = "secret provider text"
+PROVIDER_TEXT = "secret provider text"
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_staff_list_shows_their_tenants_visible_runs_with_safe_columns(
     assert listed(response) == {history["acme_failed"].pk, history["acme_queued"].pk}
     html = response.content.decode()
     assert "[[&quot;format&quot;,null],[&quot;invoice_id&quot;,1]]" in html  # the subject
-    for hidden in (SECRET, "RuntimeError", "4111", "By tenant", "Retry selected", "Cancel selected"):
+    for hidden in (PROVIDER_TEXT, "RuntimeError", "4111", "By tenant", "Retry selected", "Cancel selected"):
         assert hidden not in html, hidden
     # The queryset itself holds only the safe columns.
     run = response.context["cl"].result_list[0]
@@ -65,7 +65,16 @@ def test_staff_detail_shows_status_subject_and_times_only(
     html = response.content.decode()
     for shown in ("Failed", "invoice_id", "Queued at", "Finished at"):
         assert shown in html, shown
-    for hidden in (SECRET, "Traceback", "4111", "Payload", "Logs", run.worker, "Correlation id", "Worker"):
+    for hidden in (
+        PROVIDER_TEXT,
+        "Traceback",
+        "4111",
+        "Payload",
+        "Logs",
+        run.worker,
+        "Correlation id",
+        "Worker",
+    ):
         assert hidden not in html, hidden
 
 
@@ -171,7 +180,7 @@ def test_staff_failure_list_is_their_tenants_and_shows_no_run(
     assert failure.tenant_id == str(tenants[0].pk)
     html = response.content.decode()
     assert "billing.export_failed" in html
-    for hidden in (SECRET, str(history["acme_failed"].pk), "last failed run"):
+    for hidden in (PROVIDER_TEXT, str(history["acme_failed"].pk), "last failed run"):
         assert hidden not in html, hidden
     other = TenantFailure.objects.get(tenant_id=tenants[1].pk)
     assert client.get(f"{FAILURES}{other.pk}/change/").status_code in (302, 404)
