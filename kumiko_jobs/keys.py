@@ -32,7 +32,7 @@ RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
 # Hourly outcome counters of a lane (+ the hour number, unix time // 3600), kept STATS_TTL:
 STATS_SUFFIX = "stats:"  # hash: <outcome> and j|<job>|<outcome> -> attempts that ended so
-TENANT_STATS_SUFFIX = "tstats:"  # hash: <tenant>|<outcome> -> runs (succeeded, failed)
+SUCCEEDING_SUFFIX = "tok:"  # sorted set: tenant -> succeeded runs
 FAILING_SUFFIX = "tfail:"  # sorted set: tenant -> final failures
 NO_TENANT = "-"  # the tenant field of runs without a tenant
 STATS_TTL = 26 * 3600  # 24 full hours and the current one, with a margin
@@ -45,7 +45,7 @@ local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
 local function stats_key(P, hour) return P .. '{STATS_SUFFIX}' .. hour end
-local function tenant_stats_key(P, hour) return P .. '{TENANT_STATS_SUFFIX}' .. hour end
+local function succeeding_key(P, hour) return P .. '{SUCCEEDING_SUFFIX}' .. hour end
 local function failing_key(P, hour) return P .. '{FAILING_SUFFIX}' .. hour end
 local NO_TENANT, STATS_TTL = '{NO_TENANT}', {STATS_TTL}
 """
@@ -115,9 +115,9 @@ class Keys:
         """Hash of a lane's attempt outcomes in one hour, overall and per job."""
         return f"{self.lane(lane)}{STATS_SUFFIX}{hour}"
 
-    def tenant_stats(self, lane: str, hour: int) -> str:
-        """Hash of a lane's succeeded and failed runs in one hour, per tenant."""
-        return f"{self.lane(lane)}{TENANT_STATS_SUFFIX}{hour}"
+    def succeeding_tenants(self, lane: str, hour: int) -> str:
+        """Sorted set of a lane's tenants by succeeded runs in one hour."""
+        return f"{self.lane(lane)}{SUCCEEDING_SUFFIX}{hour}"
 
     def failing_tenants(self, lane: str, hour: int) -> str:
         """Sorted set of a lane's tenants by final failures in one hour."""

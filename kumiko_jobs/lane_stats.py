@@ -8,10 +8,11 @@ whatever the size of the run table: no COUNT(*) over it.
   runs come from tenant-named flows (flows.tenant_of_flow), running ones from the started
   registry (at most the number of busy workers), scheduled ones from the scheduled set while it
   holds at most ``ATTRIBUTE_SCHEDULED`` jobs (above that the per-tenant figure is unknown).
-- *Past hours*: the finish-and-claim script counts every ended attempt in hourly hashes per
-  lane (by outcome, by job and outcome, by tenant for succeeded/failed) and final failures per
-  tenant in a sorted set (lua/common.lua ``count_outcome``): two or three HINCRBYs inside a call
-  the worker makes anyway.
+- *Past hours*: the finish-and-claim script counts every ended attempt in an hourly hash per
+  lane (by outcome, and by job and outcome) and succeeded runs and final failures per tenant in
+  an hourly sorted set each (lua/common.lua ``count_outcome``): three increments inside the
+  script call the worker makes for every job anyway. Reading a tenant's 24 hours is one
+  ZMSCORE per set; ranking tenants is a ZUNION over the day's sets, cached for 30 s.
 """
 
 from __future__ import annotations
@@ -165,33 +166,61 @@ def tenant_outcomes(
     hours: int = HOURS,
     now: float | None = None,
 ) -> dict[str | None, Counter[str]]:
-    """Succeeded and failed runs of these tenants over the last ``hours`` (both lanes)."""
+    """Succeeded and finally failed runs of these tenants over the last ``hours`` (both lanes):
+    one ZMSCORE per hourly set, whatever the number of tenants."""
     wanted = list(dict.fromkeys(tenants))
-    if not wanted:
-        return {}
-    fields = [f"{tenant or NO_TENANT}|{outcome}" for tenant in wanted for outcome in ("succeeded", "failed")]
-    last = current_hour(now)
-    pipe = client.pipeline(transaction=False)
-    for lane in LANES:
-        for hour in range(last - hours + 1, last + 1):
-            pipe.hmget(keys.tenant_stats(lane, hour), fields)
     out: dict[str | None, Counter[str]] = {tenant: Counter() for tenant in wanted}
-    for values in pipe.execute():
-        for index, value in enumerate(values):
-            if value:
-                tenant, outcome = wanted[index // 2], ("succeeded", "failed")[index % 2]
-                out[tenant][outcome] += int(value)
+    if not wanted:
+        return out
+    members = [tenant or NO_TENANT for tenant in wanted]
+    pipe = client.pipeline(transaction=False)
+    kinds = []
+    for lane in LANES:
+        for hour in _hours(hours, now):
+            pipe.zmscore(keys.succeeding_tenants(lane, hour), members)
+            pipe.zmscore(keys.failing_tenants(lane, hour), members)
+            kinds += ["succeeded", "failed"]
+    for outcome, scores in zip(kinds, pipe.execute(), strict=True):
+        for tenant, score in zip(wanted, scores, strict=True):
+            if score:
+                out[tenant][outcome] += int(score)
     return out
 
 
-def failing_tenants(
-    client: redis.Redis, keys: Keys, *, limit: int = 10, hours: int = HOURS, now: float | None = None
+def ranked_tenants(
+    client: redis.Redis,
+    keys: Keys,
+    *,
+    failures_only: bool = False,
+    limit: int = 10,
+    hours: int = HOURS,
+    now: float | None = None,
 ) -> list[tuple[str | None, int]]:
-    """The tenants with the most final failures over the last ``hours``, most first."""
-    last = current_hour(now)
-    names = [keys.failing_tenants(lane, hour) for lane in LANES for hour in range(last - hours + 1, last + 1)]
-    # ZUNION reads only the tenants that failed (failures are the rare outcome), not all tenants.
+    """The tenants with the most ended runs (or final failures) over the last ``hours``.
+
+    ZUNION reads every tenant that ended a run in the window: O(active tenants x hours) inside
+    Redis, so the result is cached per process for ``RANK_CACHE_SECONDS``.
+    """
+    hour_list = tuple(_hours(hours, now))
+    cache_key = (keys.prefix, failures_only, hour_list[-1], hours)
+    cached = _rank_cache.get(cache_key)
+    if cached is not None and cached[0] > time.monotonic():
+        return cached[1][:limit]
+    names = [keys.failing_tenants(lane, hour) for lane in LANES for hour in hour_list]
+    if not failures_only:
+        names += [keys.succeeding_tenants(lane, hour) for lane in LANES for hour in hour_list]
     union = cast("list[tuple[bytes, float]]", client.zunion(names, withscores=True))
-    pairs = [(as_text(member), int(score)) for member, score in union]
-    pairs.sort(key=lambda pair: (-pair[1], pair[0]))
-    return [(None if tenant == NO_TENANT else tenant, count) for tenant, count in pairs[:limit]]
+    pairs = sorted(((as_text(member), int(score)) for member, score in union), key=lambda p: (-p[1], p[0]))
+    ranked = [(None if tenant == NO_TENANT else tenant, count) for tenant, count in pairs[:RANK_KEEP]]
+    _rank_cache[cache_key] = (time.monotonic() + RANK_CACHE_SECONDS, ranked)
+    return ranked[:limit]
+
+
+RANK_CACHE_SECONDS = 30.0
+RANK_KEEP = 100
+_rank_cache: dict[tuple[str, bool, int, int], tuple[float, list[tuple[str | None, int]]]] = {}
+
+
+def _hours(hours: int, now: float | None) -> range:
+    last = current_hour(now)
+    return range(last - hours + 1, last + 1)

@@ -67,7 +67,8 @@ def test_outcome_counters_per_hour_job_and_tenant(worked: dict[str, Any], redis_
     per_tenant = lane_stats.tenant_outcomes(redis_client, keys, [acme, globex, None])
     assert (per_tenant[acme]["succeeded"], per_tenant[acme]["failed"]) == (2, 1)
     assert (per_tenant[globex]["succeeded"], per_tenant[globex]["failed"]) == (1, 0)
-    assert lane_stats.failing_tenants(redis_client, keys) == [(acme, 1)]
+    assert lane_stats.ranked_tenants(redis_client, keys, failures_only=True) == [(acme, 1)]
+    assert lane_stats.ranked_tenants(redis_client, keys) == [(acme, 3), (globex, 1)]
     # The counters expire on their own.
     ttl = redis_client.ttl(keys.stats("worker", lane_stats.current_hour()))
     assert 25 * 3600 < ttl <= 26 * 3600
@@ -96,6 +97,7 @@ def test_overview_shows_lanes_tenants_and_charts_without_querying_runs(
     acme, globex = worked["acme"], worked["globex"]
     assert cells(html, f'data-tenant="{globex.pk}"') == [str(globex.pk), "Globex", "2", "0", "0", "1", "0"]
     assert cells(html, f'data-tenant="{acme.pk}"') == [str(acme.pk), "Acme Corp", "0", "0", "0", "2", "1"]
+    assert 'data-tenant="-"' not in html  # no system runs ended
     assert html.count('<svg class="kj-chart"') == 2
     assert "3:00" in html or ":00</text>" in html
     # Searching a tenant with nothing going on still shows its row.

@@ -50,10 +50,10 @@ def outcome_chart(hours: Sequence[Hour], *, label: str) -> SafeString:
         '<text x="{tx}" y="{ty}" text-anchor="end">{scale}</text>'
         '<text x="{tx}" y="{axis}" text-anchor="end">0</text>'
         "{bars}{ticks}"
-        '<text x="{lx}" y="{ly}" text-anchor="end" fill="#444">{legend}</text>'
+        '<text x="{lx}" y="{ly}" fill="#444">{legend}</text>'
         "</svg>",
         label=label, w=WIDTH, h=HEIGHT, left=LEFT, top=TOP, axis=TOP + plot_h, right=WIDTH - 4,
-        tx=LEFT - 4, ty=TOP + 8, scale=f"{scale:,}", lx=WIDTH - 4, ly=TOP + 8, legend=legend,
+        tx=LEFT - 4, ty=TOP + 8, scale=f"{scale:,}", lx=LEFT + 4, ly=TOP + 8, legend=legend,
         bars=format_html_join(
             "", '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>', bars
         ),

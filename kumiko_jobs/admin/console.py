@@ -30,6 +30,7 @@ from kumiko_jobs.models import ConsoleOverview
 
 BUSIEST = 25  # tenants shown by backlog
 FAILING = 10  # and by final failures in 24 h
+ACTIVE = 15  # and by runs ended in 24 h
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def lane_rows(client: redis.Redis) -> list[LaneRow]:
 
 
 def tenant_rows(client: redis.Redis, wanted: str | None = None) -> list[TenantRow]:
-    """The busiest tenants, the most failing ones, and ``wanted`` (a tenant id searched for)."""
+    """The tenants with the most work waiting or running, the most failing and the most active
+    ones of the last 24 hours, and ``wanted`` (a tenant id searched for)."""
     keys = get_keys()
     depths: dict[str | None, TenantDepth] = {}
     for lane in LANES:
@@ -87,8 +89,11 @@ def tenant_rows(client: redis.Redis, wanted: str | None = None) -> list[TenantRo
     busiest = sorted(
         depths, key=lambda t: -(depths[t].queued + depths[t].running + (depths[t].scheduled or 0))
     )
-    failing = [tenant for tenant, _ in lane_stats.failing_tenants(client, keys, limit=FAILING)]
-    shown = list(dict.fromkeys([*([wanted] if wanted else []), *busiest[:BUSIEST], *failing]))
+    failing = [
+        tenant for tenant, _ in lane_stats.ranked_tenants(client, keys, failures_only=True, limit=FAILING)
+    ]
+    active = [tenant for tenant, _ in lane_stats.ranked_tenants(client, keys, limit=ACTIVE)]
+    shown = list(dict.fromkeys([*([wanted] if wanted else []), *busiest[:BUSIEST], *failing, *active]))
     outcomes = lane_stats.tenant_outcomes(client, keys, [t for t in shown if t != ANY_TENANT])
     names = tenant_names(shown)
     rows = []

@@ -179,21 +179,19 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
   return false
 end
 
--- Count an ended attempt in the lane's hourly counters (read by the admin console, stats.py):
--- per outcome, per job and outcome, per tenant for runs that ended, and final failures per tenant
--- in a sorted set. Each key gets its TTL when its first field is created.
+-- Count an ended attempt in the lane's hourly counters (read by the admin console, lane_stats.py):
+-- per outcome and per job and outcome in a hash; succeeded runs and final failures per tenant in
+-- a sorted set each. Each key gets its TTL when it is created.
 local function count_outcome(P, now, stat, job, tenant)
   if stat == '' then return end
   local hour = math.floor(now / 3600)
   local sk = stats_key(P, hour)
   if redis.call('HINCRBY', sk, stat, 1) == 1 then redis.call('EXPIRE', sk, STATS_TTL) end
   redis.call('HINCRBY', sk, 'j|' .. job .. '|' .. stat, 1)
-  if stat ~= 'succeeded' and stat ~= 'failed' then return end
+  local tk
+  if stat == 'succeeded' then tk = succeeding_key(P, hour)
+  elseif stat == 'failed' then tk = failing_key(P, hour)
+  else return end
   if tenant == '' then tenant = NO_TENANT end
-  local tk = tenant_stats_key(P, hour)
-  if redis.call('HINCRBY', tk, tenant .. '|' .. stat, 1) == 1 then redis.call('EXPIRE', tk, STATS_TTL) end
-  if stat == 'failed' then
-    local fk = failing_key(P, hour)
-    if tonumber(redis.call('ZINCRBY', fk, 1, tenant)) == 1 then redis.call('EXPIRE', fk, STATS_TTL) end
-  end
+  if redis.call('ZINCRBY', tk, 1, tenant) == '1' then redis.call('EXPIRE', tk, STATS_TTL) end
 end
