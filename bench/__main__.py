@@ -40,7 +40,7 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "console")
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,19 @@ class Plan:
     commands: int
     tenancy: Sizes
     peers: PeerSizes
+    console_rows: int
+    console_renders: int
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
 FULL = Plan(
-    dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL, peers=PEERS_FULL
-)
+    dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL, peers=PEERS_FULL,
+    console_rows=1_000_000, console_renders=10,
+)  # fmt: skip
 QUICK = Plan(
-    dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK, peers=PEERS_QUICK
-)
+    dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK, peers=PEERS_QUICK,
+    console_rows=20_000, console_renders=3,
+)  # fmt: skip
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -206,6 +210,14 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "the measured runs go through dispatch() (fan-out: run_fan_out). Latency = the run's "
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
+        )
+    if "console" in sections:
+        from bench.console import measure_console
+
+        report.console += measure_console(env, plan.console_rows, plan.console_renders, console)
+        report.notes.append(
+            "Console: admin pages rendered by Django's test client as an operator (view, template, "
+            "middleware; no network) on generated run rows and a day of Redis counters (bench/console.py)."
         )
     if "peers" in sections:
         from bench.peer_rates import measure_peers

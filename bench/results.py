@@ -83,4 +83,5 @@ class Report:
     ratios: list[Ratio] = field(default_factory=list)
     commands: list[CommandCount] = field(default_factory=list)
     tenancy: list[Figure] = field(default_factory=list)
+    console: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
