@@ -48,7 +48,7 @@ def measure_console(env: BenchEnv, rows: int, renders: int, console: Console) ->
             renders,
             TARGET_MS,
             before=_forget_ranking,
-        ),  # fmt: skip
+        ),
         _page(client, "job catalog", "/admin/kumiko_jobs/jobcatalog/", rows, renders, None),
         _page(client, "run list, first page", "/admin/kumiko_jobs/jobrun/", rows, renders, None),
         _page(
@@ -81,9 +81,11 @@ def generate_rows(prefix: str, rows: int) -> None:
 # Statuses by g % 100: 0-1 failed, 2 queued, 3 running, else succeeded. Newest rows last.
 _COLUMNS = """id, job_name, tenant_id, status, attempt, max_attempts, subject, lane, job_id, trigger_name,
 triggered_by, correlation_id, payload, queued_at, started_at, finished_at, next_attempt_at, worker, error,
-traceback, logs, defer_count, fanout_count, retry_of, fanout_of, fanout_parent, tenant_visible, updated_at"""
+traceback, logs, defer_count, fanout_count, retry_of, fanout_of, fanout_parent, tenant_visible, updated_at,
+pushed_at"""
+# Only constants and integers are formatted into these (no outside input).
 _POSTGRES = (
-    "INSERT INTO kumiko_jobs_jobrun ("
+    "INSERT INTO kumiko_jobs_jobrun ("  # noqa: S608
     + _COLUMNS
     + """)
 SELECT gen_random_uuid(), 'bench.job' || (g % {jobs}), (g % {tenants})::text,
@@ -92,23 +94,24 @@ SELECT gen_random_uuid(), 'bench.job' || (g % {jobs}), (g % {tenants})::text,
   1, 1, NULL, CASE WHEN g % 10 = 0 THEN 'api' ELSE 'worker' END, '{prefix}-' || g, '', NULL, md5(g::text),
   '{{}}'::jsonb, t, t + interval '5 ms', CASE WHEN g % 100 IN (2, 3) THEN NULL ELSE t + interval '20 ms' END,
   NULL, '', CASE WHEN g % 100 < 2 THEN 'RuntimeError: generated failure ' || g ELSE '' END, '', '[]'::jsonb,
-  0, NULL, NULL, '', '', false, t
+  0, NULL, NULL, '', '', false, t, t
 FROM (SELECT g, now() - make_interval(secs => ({n} - g) * {days} * 86400.0 / {n}) AS t
       FROM generate_series(1, {n}) AS g) AS s"""
 )
 _SQLITE = (
-    "INSERT INTO kumiko_jobs_jobrun ("
+    "INSERT INTO kumiko_jobs_jobrun ("  # noqa: S608
     + _COLUMNS
     + """)
 WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < {n}),
-  r AS (SELECT g, strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (({n} - g) * {days} * 86400.0 / {n}) || ' seconds') AS t FROM s)
+  r AS (SELECT g, strftime('%Y-%m-%d %H:%M:%f', 'now',
+                           '-' || (({n} - g) * {days} * 86400.0 / {n}) || ' seconds') AS t FROM s)
 SELECT lower(hex(randomblob(16))), 'bench.job' || (g % {jobs}), CAST(g % {tenants} AS TEXT),
   CASE WHEN g % 100 < 2 THEN 'failed' WHEN g % 100 = 2 THEN 'queued' WHEN g % 100 = 3 THEN 'running'
        ELSE 'succeeded' END,
   1, 1, NULL, CASE WHEN g % 10 = 0 THEN 'api' ELSE 'worker' END, '{prefix}-' || g, '', NULL, hex(g),
   '{{}}', t, t, CASE WHEN g % 100 IN (2, 3) THEN NULL ELSE t END, NULL, '',
   CASE WHEN g % 100 < 2 THEN 'RuntimeError: generated failure ' || g ELSE '' END, '', '[]', 0, NULL, NULL,
-  '', '', 0, t
+  '', '', 0, t, t
 FROM r"""
 )
 
@@ -149,8 +152,8 @@ def operator_client() -> object:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    user, _ = get_user_model().objects.get_or_create(username="bench-operator", defaults={"is_superuser": True,
-                                                                                          "is_staff": True})  # fmt: skip
+    operator = {"is_superuser": True, "is_staff": True}
+    user, _ = get_user_model().objects.get_or_create(username="bench-operator", defaults=operator)
     client = Client()
     client.force_login(user)
     return client

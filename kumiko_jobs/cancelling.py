@@ -1,18 +1,19 @@
-"""Cancel waiting runs (queued or scheduled): the admin console's "cancel queued" action.
+"""Cancel queued (or scheduled) runs: the operators' "delete" in django-rq's dashboard and the
+admin console.
 
-One script call per batch (lua/cancel.lua) does, for each job still waiting: take it out of
-its flow (or the scheduled set, or RQ's plain list where stock RQ pushed it), give back its
-skip limits once, and mark its hash ``canceled``. A job a worker already claimed is refused, so
-limits and cap slots are released exactly once, by the cancel or by the worker (a capped flow's
-slot is taken at claim, so a waiting run holds none). The runs (queued, or deferred) become
-``dropped`` and job_dropped is sent. The canceled hash is kept a day, so a row whose write
-failed can be settled from Redis' ``canceled`` status.
+One script call per batch does, for each job that is still waiting: take it out of its flow
+(or the scheduled set, or RQ's plain list if stock RQ pushed it there), give back its skip
+limits once, and set its hash to ``canceled``. A job already claimed by a worker is refused, so a
+run's limits and cap slot are released exactly once: by the cancel or by the worker, never
+both (a capped flow's slot is taken at claim, so a waiting run holds none). The run rows
+become ``dropped``; if that write fails, stale-run repair reads ``canceled`` from Redis and
+drops them later (the hash is kept for a day for that).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -21,17 +22,17 @@ from rq.utils import utcformat
 
 from kumiko_jobs import records, run_events
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.keys import LANES
-from kumiko_jobs.models import RunStatus
+from kumiko_jobs.definitions import LANES
 from kumiko_jobs.scripts import CancelArgs, argv, scripts_for
 
 logger = logging.getLogger("kumiko_jobs")
+
+# Long enough for stale-run repair to read the status of a run whose row write failed.
 CANCELED_TTL = 86400
-# Run states of a job Redis holds as queued or scheduled (a retry or a deferral waits scheduled).
-WAITING = (RunStatus.QUEUED, RunStatus.DEFERRED)
 BATCH = 500
+
 _REFUSALS = {
-    "n": "no such job in Redis",
+    "n": "no such job",
     "o": "not a kumiko_jobs job of this project's lanes",
     "started": "running: a worker has it",
 }
@@ -43,28 +44,25 @@ class CancelResult:
 
     canceled: tuple[str, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
-    # False when the run rows could not be marked dropped (repair settles them later).
+    # False when the run rows could not be marked dropped (repair will do it).
     recorded: bool = True
 
 
 def cancel_queued(
     job_ids: Iterable[str], *, reason: str = "Canceled by an operator.", client: redis.Redis | None = None
 ) -> CancelResult:
-    """Cancel these jobs if they are still waiting; see the module docstring."""
+    """Cancel these jobs if they are still waiting (queued or scheduled); see the module doc."""
     client = client or get_redis()
     keys = get_keys()
     ids = list(dict.fromkeys(job_ids))
-    now = datetime.now(UTC)
-    lane_keys = [key for lane in LANES for key in (keys.scheduled(lane), keys.queue(lane))]
-    lane_args = [value for lane in LANES for value in (keys.queue_name(lane), keys.lane(lane))]
     canceled: list[str] = []
     refused: dict[str, str] = {}
+    now = datetime.now(UTC)
     for start in range(0, len(ids), BATCH):
         batch = ids[start : start + BATCH]
-        args = argv(
-            CancelArgs(now_iso=utcformat(now), ttl=CANCELED_TTL, lanes=len(LANES)), *lane_args, *batch
-        )
-        codes = scripts_for(client).cancel(keys=[keys.active, *lane_keys], args=args)
+        api_queue, worker_queue = (keys.queue_name(lane) for lane in LANES)
+        args = CancelArgs(api_queue, worker_queue, utcformat(now), CANCELED_TTL)
+        codes = scripts_for(client).cancel(keys=[keys.active], args=argv(args, *batch))
         for job_id, raw in zip(batch, codes, strict=True):
             code = raw.decode()
             if code == "c":
@@ -74,10 +72,13 @@ def cancel_queued(
     recorded = True
     if canceled:
         recorded = records.safe(_drop, canceled, now=now, reason=reason)
-        logger.info("kumiko_jobs: canceled %d waiting job(s): %s", len(canceled), ", ".join(canceled[:5]))
+        logger.info("kumiko_jobs: canceled %d queued job(s): %s", len(canceled), _sample(canceled))
     return CancelResult(tuple(canceled), refused, recorded)
 
 
 def _drop(job_ids: list[str], *, now: datetime, reason: str) -> None:
-    dropped = records.mark_dropped(job_ids, now=now, reason=reason, waiting=WAITING)
-    run_events.dropped(dropped)
+    run_events.dropped(records.mark_dropped(job_ids, now=now, reason=reason))
+
+
+def _sample(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")

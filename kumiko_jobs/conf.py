@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from typing import Any
 
@@ -11,8 +10,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from kumiko_jobs.redis_target import InvalidRedisSetting, configured_value, mask_password, parse
+
 CONFIG_DEFAULTS: dict[str, Any] = {
-    # None means: env KUMIKO_REDIS_URL, then the local default.
+    # Where Redis is: a URL (redis://, rediss://, unix://, redis+sentinel://) or "cache:<alias>"
+    # (the pool of a django-redis cache); see redis_target.py. None: REDIS_URL, then env
+    # KUMIKO_REDIS_URL, then redis://127.0.0.1:6379/0.
+    "REDIS": None,
+    # The older name of REDIS, for URLs only; setting both is an error (kumiko_jobs.E102).
     "REDIS_URL": None,
     "QUEUE_PREFIX": "kumiko",
     # Dotted path to () -> iterable of tenant ids; needed by per_tenant jobs.
@@ -26,9 +31,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "JOB_MODULE": "jobs",
     # Seconds a dispatch waits for Redis before raising QueueUnavailable.
     "REDIS_TIMEOUT": 5.0,
-    # Redis retention of finished job hashes. Short on purpose: the JobRun table keeps the
-    # history, and a day of hashes at 1,000 jobs/s would be tens of GB of Redis memory.
-    "RESULT_TTL": 600,
+    # Seconds Redis keeps a succeeded job's hash. 0: none (the JobRun table is the history, and a
+    # day of hashes at 1,000 jobs/s would be tens of GB of Redis memory); set it to see finished
+    # jobs in RQ's dashboard. Failed jobs are kept for FAILURE_TTL.
+    "RESULT_TTL": 0,
     "FAILURE_TTL": 7 * 24 * 3600,
     # A worker whose running job has not heartbeaten for this long is considered dead.
     "ABANDON_AFTER": 20,
@@ -46,6 +52,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "RUNNING_MARK_DELAY": 0.2,
     # Escape-hatch audit window in seconds: one audit row per (job, tenant, kind) per window.
     "AUDIT_WINDOW": 60,
+    # Seconds past its timeout a handler in a job thread (runjobs --threads N) may stay blocked in
+    # C code before the worker gives up its lease and recycles the process (timeouts.py).
+    "STUCK_AFTER": 5.0,
     # Seconds a worker keeps one database connection before replacing it (CONN_MAX_AGE is for
     # requests; see db_connections.py).
     "WORKER_DB_MAX_AGE": 300,
@@ -60,10 +69,17 @@ CONFIG_DEFAULTS: dict[str, Any] = {
 
 
 def redis_url() -> str:
-    value = get_config()["REDIS_URL"]
-    if value:
-        return str(value)
-    return os.environ.get("KUMIKO_REDIS_URL", "redis://127.0.0.1:6379/0")
+    """The Redis setting in force as written (a URL or "cache:<alias>"); may hold a password."""
+    return configured_value(get_config())[1]
+
+
+def redis_description() -> str:
+    """The Redis setting in force for messages: the URL without its password, or the cache."""
+    value = redis_url()
+    try:
+        return parse(value).describe()
+    except InvalidRedisSetting:
+        return mask_password(value)
 
 
 @cache

@@ -8,6 +8,8 @@ and the push happens on commit; a rollback leaves neither.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,12 +19,12 @@ from typing import Any, Literal
 from django.db import router, transaction
 from django.utils import timezone
 
-from kumiko_jobs import records, run_events
-from kumiko_jobs.conf import get_config
+from kumiko_jobs import faults, records, run_events
+from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
-from kumiko_jobs.gates import gates_for
+from kumiko_jobs.gates import Gates, gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
@@ -38,6 +40,8 @@ from kumiko_jobs.validation import (
     delay_seconds,
     validate_payload,
 )
+
+logger = logging.getLogger("kumiko_jobs")
 
 
 @dataclass(frozen=True)
@@ -123,18 +127,14 @@ def prepare(
     fanout_of: str = "",
     fanout_parent: str = "",
 ) -> PreparedJob:
-    """Build a run's job hash fields and its row, from arguments already validated (the
+    """Build a new run's job hash fields and its row, from arguments already validated (the
     subject fields are checked here: InvalidPayload names a non-primitive one)."""
-    config = get_config()
-    keys = get_keys()
     run_id = run_id or uuid.uuid4()
-    now = timezone.now()
     wrapper = definition.per_tenant and tenant_id is None
-    job_name = wrapper_name(definition.name) if wrapper else definition.name
-    gates = gates_for(definition, tenant_id, keys, wrapper=wrapper)
+    gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
     meta = JobMeta(
         run_id=str(run_id),
-        job_name=job_name,
+        job_name=wrapper_name(definition.name) if wrapper else definition.name,
         lane=definition.lane,
         tenant_id=tenant_id,
         triggered_by=user_id,
@@ -150,9 +150,31 @@ def prepare(
         subject=subject_of(definition, payload),
         tenant_visible=is_tenant_visible(definition, tenant_id),
     )
+    return prepared_from_meta(
+        definition, meta, gates, payload, job_id=job_id, delay=delay, unique=unique, retry_of=retry_of
+    )
+
+
+def prepared_from_meta(
+    definition: JobDefinition,
+    meta: JobMeta,
+    gates: Gates,
+    payload: Mapping[str, Any],
+    *,
+    job_id: str | None = None,
+    delay: float = 0.0,
+    unique: bool = False,
+    retry_of: uuid.UUID | None = None,
+    admit: bool = True,
+) -> PreparedJob:
+    """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
+    record after Redis lost it)."""
+    config = get_config()
+    keys = get_keys()
+    now = timezone.now()
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
-    jid = job_id or f"{keys.id_tag}-{run_id.hex}"
+    jid = job_id or f"{keys.id_tag}-{uuid.UUID(meta.run_id).hex}"
     fields = job_fields(
         queue_name=keys.queue_name(definition.lane),
         payload=payload,
@@ -169,7 +191,14 @@ def prepare(
         meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at, retry_of=retry_of
     )
     return PreparedJob(
-        job_id=jid, lane=definition.lane, fields=fields, row=row, gates=gates, run_at=run_at, unique=unique
+        job_id=jid,
+        lane=definition.lane,
+        fields=fields,
+        row=row,
+        gates=gates,
+        run_at=run_at,
+        unique=unique,
+        admit=admit,
     )
 
 
@@ -190,9 +219,15 @@ def submit(prepared: Sequence[PreparedJob]) -> list[DispatchResult]:
         return []
     using = router.db_for_write(JobRun)
     if transaction.get_connection(using).in_atomic_block:
-        records.insert_queued([p.row for p in prepared])
-        transaction.on_commit(lambda: _push_after_commit(prepared), using=using)
-        return [DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id)) for p in prepared]
+        # The rows commit with the caller's data and wait for their push (pushed_at unset): if
+        # the push never happens (a crash after COMMIT, Redis down), rebuild.push_waiting() pushes
+        # them from their rows. Unique pushes, because both may try.
+        waiting = [dataclasses.replace(p, unique=True) for p in prepared]
+        for p in waiting:
+            p.row.pushed_at = None
+        records.insert_queued([p.row for p in waiting])
+        transaction.on_commit(lambda: push_after_commit(waiting), using=using)
+        return [DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id)) for p in waiting]
     if len(prepared) == 1 and prepared[0].always_queued:
         return [_push_and_record_overlapped(prepared[0])]
     pushed = push(prepared)
@@ -243,8 +278,11 @@ def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
     return DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id))
 
 
-def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *, rows_exist: bool) -> None:
-    """Make the run table agree with what Redis accepted."""
+def record_pushes(
+    prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *, rows_exist: bool, announce: bool = True
+) -> None:
+    """Make the run table agree with what Redis accepted (and send job_queued for the new runs,
+    unless ``announce`` is off: runs pushed again after Redis lost them were announced before)."""
     now = timezone.now()
     new_rows = [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued"]
     if new_rows and not rows_exist:
@@ -256,21 +294,39 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
             records.merge_debounced(
                 o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
             )
-        if rows_exist and o.status != "queued":
+        if rows_exist and o.status not in ("queued", "duplicate"):
             # Recorded inside the caller's transaction, but a gate said no at commit time.
             records.mark_not_enqueued(p.row.id, now=now, reason=o.reason or o.status)
             run_events.dropped([p.row])
+    if rows_exist:
+        # "duplicate": pushed already (by rebuild.push_waiting, racing this commit).
+        records.mark_pushed(
+            [
+                p.row.id
+                for p, o in zip(prepared, outcomes, strict=True)
+                if o.status in ("queued", "duplicate")
+            ],
+            now=now,
+        )
     # Inside atomic() the rows were written with the caller's transaction and this runs after
     # its commit: a rolled-back dispatch never says it was queued.
-    run_events.queued(p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued")
+    if announce:
+        run_events.queued(p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued")
 
 
-def _push_after_commit(prepared: Sequence[PreparedJob]) -> None:
+def push_after_commit(prepared: Sequence[PreparedJob]) -> None:
+    """Push runs whose rows are committed; never raises into the caller's ``atomic()`` (Django
+    would skip the transaction's remaining on_commit callbacks)."""
+    faults.crash_point("dispatch:after_commit")
     try:
         pushed = push(prepared)
     except QueueUnavailable as exc:
-        # The rows were committed with the caller's transaction; make the loss visible.
-        records.mark_never_pushed([p.row.id for p in prepared], now=timezone.now(), error=str(exc))
-        run_events.failed_rows([p.row for p in prepared], error=f"Never reached Redis: {exc}")
-        raise
+        logger.warning(
+            "kumiko_jobs: %d committed run(s) wait for Redis (%s: %s); a worker pushes them from "
+            "their records when it answers again",
+            len(prepared),
+            redis_description(),
+            exc.__cause__ or exc,
+        )
+        return
     records.safe(record_pushes, prepared, pushed, rows_exist=True)

@@ -36,9 +36,12 @@ SUCCEEDING_SUFFIX = "tok:"  # sorted set: tenant -> succeeded runs
 FAILING_SUFFIX = "tfail:"  # sorted set: tenant -> final failures
 NO_TENANT = "-"  # the tenant field of runs without a tenant
 STATS_TTL = 26 * 3600  # 24 full hours and the current one, with a margin
+BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
+-- RQ's structures of a queue (keys.Keys.queue/scheduled/failed/finished/started).
+local function rq_key(kind, queue) return 'rq:' .. kind .. ':' .. queue end
 local function flow_key(P, flow) return P .. '{FLOW_SUFFIX}' .. flow end
 local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
@@ -48,6 +51,7 @@ local function stats_key(P, hour) return P .. '{STATS_SUFFIX}' .. hour end
 local function succeeding_key(P, hour) return P .. '{SUCCEEDING_SUFFIX}' .. hour end
 local function failing_key(P, hour) return P .. '{FAILING_SUFFIX}' .. hour end
 local NO_TENANT, STATS_TTL = '{NO_TENANT}', {STATS_TTL}
+local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
 """
 
 
@@ -66,6 +70,10 @@ class Keys:
 
     def queue_name(self, lane: str) -> str:
         return f"{self.prefix}:{lane}"
+
+    def lane_of_queue(self, queue_name: str) -> str | None:
+        """The lane whose RQ queue name this is under this prefix, or None."""
+        return next((lane for lane in LANES if self.queue_name(lane) == queue_name), None)
 
     # RQ structures of a lane -------------------------------------------------------------
     def queue(self, lane: str) -> str:
@@ -123,6 +131,9 @@ class Keys:
         """Sorted set of a lane's tenants by final failures in one hour."""
         return f"{self.lane(lane)}{FAILING_SUFFIX}{hour}"
 
+    def broken_flows(self, lane: str) -> str:
+        return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
     # Our own keys ------------------------------------------------------------------------
     @property
     def active(self) -> str:
@@ -145,6 +156,24 @@ class Keys:
     def repair_mark(self, lane: str) -> str:
         """Where the stale-run repair resumes: ``<updated_at iso>|<run pk>``."""
         return f"{self.prefix}:{lane}:repair-mark"
+
+    @property
+    def epoch(self) -> str:
+        """A random value set once per Redis dataset: gone or changed means Redis lost its data."""
+        return f"{self.prefix}:epoch"
+
+    def rebuilt(self, lane: str) -> str:
+        """The epoch this lane was last rebuilt from records for (rebuild.py)."""
+        return f"{self.prefix}:{lane}:rebuilt"
+
+    def rebuild_state(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:rebuild-state"
+
+    def rebuild_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:rebuild-lock"
+
+    def outbox_lock(self, lane: str) -> str:
+        return f"{self.prefix}:{lane}:outbox-lock"
 
     def audit_window(self, job_name: str, tenant_id: str, kind: str, window_start: int) -> str:
         """Set by the process that inserts an escape-hatch audit row for this window."""

@@ -11,11 +11,9 @@ import redis
 from rq.utils import utcformat
 
 from kumiko_jobs.keys import Keys
+from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.scripts import FinishAndClaimArgs, PromoteArgs, argv, scripts_for
-
-# Outcomes counted in the lanes' hourly counters (the console's throughput and failure rates).
-COUNTED_OUTCOMES = ("succeeded", "failed", "retried", "deferred")
 
 
 @dataclass(frozen=True)
@@ -48,10 +46,14 @@ class Claim:
 def finish_and_claim(
     client: redis.Redis, keys: Keys, lane: str, finished: Finished | None = None, claim: Claim | None = None
 ) -> ClaimedJob | None:
-    """Tell Redis how an attempt ended and/or claim the next job, in one round trip."""
+    """Tell Redis how an attempt ended and/or claim the next job, in one round trip. The call
+    also carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
     now = datetime.now(UTC)
     outcome = finished.outcome if finished else None
     release = outcome.release if outcome else None
+    if outcome is not None:
+        tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, now.timestamp())
+    counts = tally.take(lane, force=claim is None)
     args = FinishAndClaimArgs(
         now=now.timestamp(),
         now_iso=utcformat(now),
@@ -70,21 +72,23 @@ def finish_and_claim(
         flow=release.flow if release else "",
         limit_keys=release.limit_keys if release else "",
         current_flow=release.current_flow if release else "",
-        stat=outcome.counted_as if outcome and outcome.counted_as in COUNTED_OUTCOMES else "",
-        stat_job=outcome.job_name if outcome else "",
-        stat_tenant=(outcome.tenant_id or "") if outcome else "",
+        counts=len(counts) // 5,
     )
-    raw = scripts_for(client).finish_and_claim(
-        keys=[
-            keys.started(lane),
-            keys.finished(lane),
-            keys.failed(lane),
-            keys.scheduled(lane),
-            keys.active,
-            keys.queue(lane),
-        ],
-        args=argv(args),
-    )
+    try:
+        raw = scripts_for(client).finish_and_claim(
+            keys=[
+                keys.started(lane),
+                keys.finished(lane),
+                keys.failed(lane),
+                keys.scheduled(lane),
+                keys.active,
+                keys.queue(lane),
+            ],
+            args=argv(args, *counts),
+        )
+    except redis.RedisError:
+        tally.give_back(lane, counts)
+        raise
     if not raw:
         return None
     return ClaimedJob(job_id=raw[0].decode(), data=raw[1], meta_raw=raw[2])

@@ -12,14 +12,17 @@ from datetime import UTC, datetime
 import redis
 from rq.utils import utcformat
 
-from kumiko_jobs import outcomes
+from kumiko_jobs import faults, outcomes, records
 from kumiko_jobs.conf import get_config
+from kumiko_jobs.connection import get_keys
 from kumiko_jobs.exceptions import KumikoJobsError, MalformedJob
+from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import Keys
-from kumiko_jobs.lane import Finished, finish_and_claim
+from kumiko_jobs.models import FINISHED_STATUSES
+from kumiko_jobs.outcomes import Release
 from kumiko_jobs.registry import registry
-from kumiko_jobs.scripts import HeartbeatArgs, TakeAbandonedArgs, argv, scripts_for
+from kumiko_jobs.scripts import HeartbeatArgs, ReapArgs, argv, scripts_for
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -29,7 +32,14 @@ class AbandonedJob(KumikoJobsError):
 
 
 def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
-    """Handle runs whose worker died: one reaper per lane at a time (short lock)."""
+    """Handle runs whose worker died: one reaper per lane at a time (short lock). Returns how
+    many runs it finished.
+
+    Crash-safe at every step: a run's lease stays in the started registry until the reap script
+    takes it out in the same atomic step that requeues or fails it, and the record is written
+    before that step, so a reaper that dies anywhere leaves the run for the next reaper (which
+    writes the same record again).
+    """
     if not client.set(keys.reaper_lock(lane), own_name, nx=True, px=4000):
         return 0
     now = time.time()
@@ -37,25 +47,76 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
     pipe = client.pipeline(transaction=False)
     pipe.zremrangebyscore(keys.finished(lane), "-inf", now)
     pipe.zremrangebyscore(keys.failed(lane), "-inf", now)
-    pipe.execute()
-    members = scripts_for(client).take_abandoned(
-        keys=[keys.started(lane)], args=argv(TakeAbandonedArgs(now=now, limit=100))
-    )
-    for raw in members:
-        job_id = raw.decode().split(":", 1)[0]
-        _handle_abandoned(client, keys, lane, job_id)
-    return len(members)
+    pipe.zrangebyscore(keys.started(lane), "-inf", now, start=0, num=100)
+    *_, members = pipe.execute()
+    return sum(_reap_one(client, keys, lane, raw.decode()) for raw in members)
 
 
-def _handle_abandoned(client: redis.Redis, keys: Keys, lane: str, job_id: str) -> None:
+def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
+    job_id = member.split(":", 1)[0]
     meta_raw = client.hget(keys.job(job_id), "meta")
+    job_name = "?"
     if meta_raw is None:
-        return
-    try:
-        meta = JobMeta.from_json(meta_raw)
-    except MalformedJob:
-        logger.error("kumiko_jobs: abandoned job %s has malformed meta; leaving it failed", job_id)
-        return
+        # The job hash is gone (deleted, or lost): only its cap slot is given back here;
+        # repair pushes the run again from its record.
+        outcome = outcomes.Outcome("", "lost", Release(flow=_flow_from_record(job_id)))
+    else:
+        try:
+            meta = JobMeta.from_json(meta_raw)
+        except MalformedJob as exc:
+            outcome = outcomes.malformed(job_id, None, exc)
+        else:
+            job_name = meta.job_name
+            outcome = _outcome_of_abandoned(job_id, meta)
+    faults.crash_point("reap:after_record")
+    args = ReapArgs(
+        now=time.time(),
+        now_iso=utcformat(datetime.now(UTC)),
+        member=member,
+        job_id=job_id,
+        kind=outcome.kind,
+        ttl=outcome.ttl,
+        retry_at=outcome.retry_at,
+        meta=outcome.meta,
+        exc_info=outcome.exc_info,
+        lane_prefix=keys.lane(lane),
+        flow=outcome.release.flow,
+        limit_keys=outcome.release.limit_keys,
+        current_flow=outcome.release.current_flow,
+    )
+    reaped = int(
+        scripts_for(client).reap(
+            keys=[
+                keys.started(lane),
+                keys.finished(lane),
+                keys.failed(lane),
+                keys.scheduled(lane),
+                keys.active,
+            ],
+            args=argv(args),
+        )
+    )
+    if reaped:
+        logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, job_name, outcome.counted_as)
+    return reaped
+
+
+def _flow_from_record(job_id: str) -> str:
+    """The flow a run whose hash is gone was claimed from, from its record and declaration."""
+    run = records.run_of_job(job_id)
+    definition = registry.find(run[0]) if run else None
+    if run is None or definition is None:
+        return ""
+    return gates_for(definition, run[1], get_keys()).flow
+
+
+def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
+    definition = registry.find(meta.job_name)
+    recorded = records.status_of(meta.run_id)
+    if recorded in FINISHED_STATUSES:
+        # The worker wrote the outcome, then died before telling Redis: tell it now, do not
+        # run the job again.
+        return outcomes.recorded_outcome(definition, meta, recorded)
     config = get_config()
     grant = 1 if meta.abandons < int(config["ABANDONED_RETRIES"]) else 0
     counted = dataclasses.replace(meta, abandons=meta.abandons + 1)
@@ -63,21 +124,27 @@ def _handle_abandoned(client: redis.Redis, keys: Keys, lane: str, job_id: str) -
         f"the worker running attempt {meta.attempt} stopped heartbeating for "
         f"{config['ABANDON_AFTER']}s (killed or crashed)"
     )
-    outcome = outcomes.failed_attempt(
-        registry.find(meta.job_name), job_id, counted, error, [], extra_attempts=grant
-    )
-    finish_and_claim(client, keys, lane, Finished(job_id, "", outcome))
-    logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, meta.job_name, outcome.counted_as)
+    return outcomes.failed_attempt(definition, job_id, counted, error, [], extra_attempts=grant)
 
 
 class Heartbeat(threading.Thread):
-    """Keeps the worker key and the running job's lease alive while the handler runs."""
+    """Keeps the worker key and the leases of its running jobs (one per job thread) alive."""
 
     def __init__(self, client: redis.Redis, keys: Keys, lane: str, worker_key: str) -> None:
         super().__init__(name="kumiko-heartbeat", daemon=True)
         self.client, self.keys, self.lane, self.worker_key = client, keys, lane, worker_key
-        self.member = ""
+        self._members: set[str] = set()
+        self._lock = threading.Lock()
         self._stop_event = threading.Event()
+
+    def hold(self, member: str) -> None:
+        with self._lock:
+            self._members.add(member)
+
+    def release(self, member: str) -> None:
+        """Stop renewing a lease (the run ended, or its thread is stuck: let the reaper have it)."""
+        with self._lock:
+            self._members.discard(member)
 
     def run(self) -> None:
         config = get_config()
@@ -85,13 +152,12 @@ class Heartbeat(threading.Thread):
         script = scripts_for(self.client).heartbeat
         while not self._stop_event.wait(interval):
             args = HeartbeatArgs(
-                member=self.member,
-                deadline=time.time() + ttl,
-                worker_ttl=ttl,
-                now_iso=utcformat(datetime.now(UTC)),
+                deadline=time.time() + ttl, worker_ttl=ttl, now_iso=utcformat(datetime.now(UTC))
             )
+            with self._lock:
+                members = sorted(self._members)
             try:
-                script(keys=[self.keys.started(self.lane), self.worker_key], args=argv(args))
+                script(keys=[self.keys.started(self.lane), self.worker_key], args=argv(args, *members))
             except redis.RedisError:
                 logger.warning("kumiko_jobs: heartbeat failed; retrying", exc_info=True)
 

@@ -62,10 +62,15 @@ class JobRun(models.Model):
     # The tenant may see this run (tenant_visible_run, and the run has a tenant): see
     # kumiko_jobs.tenant_history for what of it.
     tenant_visible = models.BooleanField(default=False)
+    # When the run reached Redis. Unset only for a run recorded in a caller's transaction whose
+    # push after commit has not happened yet (rebuild.push_waiting finds those).
+    pushed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ("-queued_at",)
+        # Operators' access to django-rq's dashboard (every tenant's jobs): kumiko_jobs.dashboard.
+        permissions = (("use_rq_dashboard", "Can use the django-rq dashboard (jobs of every tenant)"),)
         # Every index costs each dispatch an insert into it: these serve the admin's filters
         # (lane is two values, so lane filters ride on the queued_at index).
         indexes = (
@@ -89,6 +94,12 @@ class JobRun(models.Model):
             ),
             models.Index(
                 fields=("fanout_parent",), name="kj_run_fanout_parent", condition=~Q(fanout_parent="")
+            ),
+            # Tiny: runs committed but not pushed yet (the outbox rebuild.push_waiting reads).
+            models.Index(
+                fields=("queued_at",),
+                name="kj_run_unpushed",
+                condition=Q(pushed_at__isnull=True, status="queued"),
             ),
             # Small: only unfinished rows, for stale-run repair and "what is running now".
             models.Index(

@@ -27,7 +27,8 @@ from kumiko_jobs.jobdata import JobMeta
 
 logger = logging.getLogger("kumiko_jobs")
 
-OutcomeKind = Literal["ok", "failed", "retry", "requeue"]
+# "": nothing to record in Redis (a reaped run whose hash is gone only gives back its cap slot).
+OutcomeKind = Literal["ok", "failed", "retry", "requeue", ""]
 LogLine = dict[str, Any]
 
 
@@ -259,6 +260,15 @@ def unknown_job(job_id: str, meta: JobMeta, job_name: str) -> Outcome:
         meta=next_meta.to_json(),
         retry_at=next_at.timestamp(),
     )
+
+
+def recorded_outcome(definition: JobDefinition | None, meta: JobMeta, status: str) -> Outcome:
+    """What Redis is told about a run whose record already says how it ended (its worker wrote
+    the record, then died before telling Redis): nothing is written or run again."""
+    release = release_of(definition, meta)
+    if status == "succeeded":
+        return Outcome("ok", "succeeded", release, ttl=int(get_config()["RESULT_TTL"]))
+    return Outcome("failed", status, release, ttl=int(get_config()["FAILURE_TTL"]))
 
 
 def malformed(job_id: str, run_id: str | None, exc: MalformedJob, release: Release = Release()) -> Outcome:

@@ -14,7 +14,7 @@ import redis
 from django.utils import timezone
 
 from kumiko_jobs import flows
-from kumiko_jobs.conf import get_config, redis_url
+from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.gates import Gates
@@ -36,6 +36,9 @@ class PreparedJob:
     gates: Gates
     run_at: float = 0.0
     unique: bool = False
+    # False: the run's skip limits are counted already (a job Redis lost behind kumiko's back
+    # is pushed again from its record without counting it twice).
+    admit: bool = True
 
     @property
     def always_queued(self) -> bool:
@@ -169,8 +172,8 @@ def unavailable(exc: Exception) -> QueueUnavailable:
     else:
         what = "nothing was enqueued or recorded"
     return QueueUnavailable(
-        f"Redis at {redis_url()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
-        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS_URL'] is right."
+        f"Redis at {redis_description()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
+        f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS'] is right."
     )
 
 
@@ -186,12 +189,13 @@ def _args(p: PreparedJob, now: float) -> list[Any]:
         run_at=p.run_at,
         lane_prefix=get_keys().lane(p.lane),
         flow=g.flow,
-        limit_keys=g.limit_keys,
-        limits=flows.join_values(g.limits),
+        limit_keys=g.limit_keys if p.admit else "",
+        limits=flows.join_values(g.limits) if p.admit else "",
         replace="1" if g.replace else "0",
         debounce_key=g.debounce_key,
         debounce_seconds=g.debounce_seconds,
         now=now,
+        restore="" if p.admit else "1",
     )
     return argv(args, *p.fields)
 

@@ -77,6 +77,9 @@ def new_run_row(
         fanout_parent=meta.fanout_parent,
         subject=meta.subject,
         tenant_visible=meta.tenant_visible,
+        # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
+        # its push is in flight); that one path clears this until its push after commit.
+        pushed_at=queued_at,
     )
 
 
@@ -336,12 +339,15 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
 
 
 def mark_dropped(
-    job_ids: Iterable[str], *, now: datetime, reason: str, waiting: Sequence[str] = (RunStatus.QUEUED,)
+    job_ids: Iterable[str],
+    *,
+    now: datetime,
+    reason: str,
+    waiting: Sequence[str] = (RunStatus.QUEUED, RunStatus.DEFERRED),
 ) -> list[JobRun]:
-    """Waiting runs that will never run (replaced; canceled, also when deferred); a run that
-    already started is left alone. Returns the dropped rows (the fields of
-    ``run_events.DROPPED_FIELDS``), for the job_dropped signal. Redis took them out of their
-    flows first, so no worker can start them between the read and the update."""
+    """Waiting runs that will never run (replaced, canceled); a run that started is left alone.
+    Returns the dropped rows (the fields of ``run_events.DROPPED_FIELDS``), for job_dropped.
+    Redis took them out of their flows first, so no worker starts them between read and update."""
     query = JobRun.objects.filter(job_id__in=list(job_ids), status__in=waiting)
     rows = list(query.only(*_DROPPED_FIELDS))
     if rows:
@@ -355,13 +361,6 @@ def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
     """A row written in the caller's transaction whose push a gate refused at commit time."""
     JobRun.objects.filter(pk=run_id).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued at commit: {reason}"
-    )
-
-
-def mark_never_pushed(run_ids: Sequence[uuid.UUID], *, now: datetime, error: str) -> None:
-    """Rows committed with the caller's transaction whose push failed: make the loss visible."""
-    JobRun.objects.filter(pk__in=run_ids).update(
-        status=RunStatus.FAILED, finished_at=now, updated_at=now, error=f"Never reached Redis: {error}"
     )
 
 
@@ -407,3 +406,35 @@ def recorded_job_ids(job_ids: Iterable[str]) -> set[str]:
 def run_id_of(job_id: str) -> str | None:
     run_id = JobRun.objects.filter(job_id=job_id).values_list("pk", flat=True).first()
     return str(run_id) if run_id else None
+
+
+def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
+    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again."""
+    JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
+        status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
+    )
+
+
+def status_of(run_id: str) -> str | None:
+    """The run's recorded status (None without a row)."""
+    return JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def mark_pushed(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:
+    """Runs recorded before their push (inside a transaction) are in Redis now."""
+    if run_ids:
+        JobRun.objects.filter(pk__in=list(run_ids), pushed_at__isnull=True).update(pushed_at=now)
+
+
+def run_of_job(job_id: str) -> tuple[str, str | None] | None:
+    """(job name, tenant id) of the run recorded for this job id."""
+    return JobRun.objects.filter(job_id=job_id).values_list("job_name", "tenant_id").first()
+
+
+def mark_pushed_again(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:
+    """Runs Redis had lost, pushed again from their records: a "running" one waits again (its
+    worker is gone); the others keep their state."""
+    if run_ids:
+        JobRun.objects.filter(pk__in=list(run_ids), status=RunStatus.RUNNING).update(
+            status=RunStatus.QUEUED, worker="", updated_at=now
+        )

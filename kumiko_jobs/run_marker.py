@@ -3,11 +3,13 @@
 A worker would otherwise commit twice per job; the start of a short run is still recorded
 (started_at and worker are written with its outcome). A run that lasts longer than
 ``RUNNING_MARK_DELAY`` is marked running by this thread, so operators see what is running.
-The lock orders the writes: the outcome is written only after any "running" write finished.
+One marker serves every job thread of a process; each thread has at most one run in it. The
+lock orders the writes: a run's outcome is written only after any "running" write of it ended.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 
@@ -16,26 +18,32 @@ from django.db import connections
 from kumiko_jobs import records, run_events
 from kumiko_jobs.jobdata import JobMeta
 
+Pending = tuple[JobMeta, records.Started, int]  # the run, and its entry's sequence
+
 
 class RunningMarker(threading.Thread):
     def __init__(self, delay: float) -> None:
         super().__init__(name="kumiko-running-marker", daemon=True)
         self.delay = delay
         self._cond = threading.Condition()
-        self._current: tuple[JobMeta, records.Started, float] | None = None
+        self._pending: dict[int, Pending] = {}  # job thread -> its run, until marked or finishing
+        self._due: list[tuple[float, int, int]] = []  # (due, sequence, job thread), a heap
+        self._sequence = 0
         self._stopped = False
 
     def started(self, meta: JobMeta, start: records.Started) -> None:
         with self._cond:
-            self._current = (meta, start, time.monotonic() + self.delay)
+            slot = threading.get_ident()
+            self._sequence += 1
+            self._pending[slot] = (meta, start, self._sequence)
+            heapq.heappush(self._due, (time.monotonic() + self.delay, self._sequence, slot))
             self._cond.notify()
 
     def finishing(self) -> bool:
         """Whether this thread recorded the run's start (and sent job_started)."""
         with self._cond:  # waits for a "running" write in flight
-            recorded = self._current is None
-            self._current = None
-            return recorded
+            # Gone from pending: the marker took it and recorded the start.
+            return self._pending.pop(threading.get_ident(), None) is None
 
     def stop(self) -> None:
         with self._cond:
@@ -46,14 +54,17 @@ class RunningMarker(threading.Thread):
         try:
             with self._cond:
                 while not self._stopped:
-                    if self._current is None:
+                    due = self._next_due()
+                    if due is None:
                         self._cond.wait()
                         continue
-                    meta, start, due = self._current
-                    wait = due - time.monotonic()
+                    at, slot = due
+                    wait = at - time.monotonic()
                     if wait > 0:
                         self._cond.wait(wait)
                         continue
+                    heapq.heappop(self._due)
+                    meta, start, _sequence = self._pending.pop(slot)
                     records.safe(
                         records.mark_running,
                         meta=meta,
@@ -64,6 +75,15 @@ class RunningMarker(threading.Thread):
                     )
                     # Under the lock, so it precedes the outcome's signals (finishing() waits).
                     run_events.started(meta, start.job_id)
-                    self._current = None
         finally:
             connections.close_all()  # this thread's own connections
+
+    def _next_due(self) -> tuple[float, int] | None:
+        """The earliest run still waiting to be marked (entries of finished runs are dropped)."""
+        while self._due:
+            at, sequence, slot = self._due[0]
+            pending = self._pending.get(slot)
+            if pending is not None and pending[2] == sequence:
+                return at, slot
+            heapq.heappop(self._due)  # its run finished (or a newer run of the slot replaced it)
+        return None

@@ -43,10 +43,12 @@ class EnqueueArgs(NamedTuple):
     debounce_key: str
     debounce_seconds: float
     now: float
+    restore: str  # '1': a lost hash of a run that may still wait in its flow (no second entry)
 
 
 class FinishAndClaimArgs(NamedTuple):
-    """ARGV of lua/finish_and_claim.lua."""
+    """ARGV of lua/finish_and_claim.lua; ``counts`` entries of (hour, outcome, count, job, tenant)
+    follow."""
 
     now: float
     now_iso: str
@@ -65,17 +67,7 @@ class FinishAndClaimArgs(NamedTuple):
     flow: str  # the finished run's flow (frees its cap slot)
     limit_keys: str  # the finished run's skip limits
     current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
-    stat: str  # the outcome counted in the lane's hourly counters ('' = not counted)
-    stat_job: str  # the finished run's job name
-    stat_tenant: str  # and tenant ('' = none)
-
-
-class CancelArgs(NamedTuple):
-    """ARGV of lua/cancel.lua; per lane its (queue name, lane prefix), then the job ids."""
-
-    now_iso: str
-    ttl: int  # how long a canceled job hash is kept (stale-run repair reads its status)
-    lanes: int
+    counts: int  # entries of ended-attempt counts that follow (outcome_counts.py), 5 items each
 
 
 class PromoteArgs(NamedTuple):
@@ -86,15 +78,46 @@ class PromoteArgs(NamedTuple):
 
 
 class HeartbeatArgs(NamedTuple):
-    member: str
+    """ARGV of lua/heartbeat.lua; the running jobs' lease members follow."""
+
     deadline: float
     worker_ttl: int
     now_iso: str
 
 
-class TakeAbandonedArgs(NamedTuple):
+class ReapArgs(NamedTuple):
+    """ARGV of lua/reap.lua: an abandoned run's lease member and how its attempt ends."""
+
     now: float
-    limit: int
+    now_iso: str
+    member: str
+    job_id: str
+    kind: str
+    ttl: int
+    retry_at: float
+    meta: str
+    exc_info: bytes
+    lane_prefix: str
+    flow: str
+    limit_keys: str
+    current_flow: str
+
+
+class CancelArgs(NamedTuple):
+    """ARGV of lua/cancel.lua; job ids follow."""
+
+    api_queue: str  # the lanes' queue names: a job of another prefix is refused
+    worker_queue: str
+    now_iso: str
+    ttl: int  # how long a canceled hash is kept (repair reads it)
+
+
+class RequeueArgs(NamedTuple):
+    """ARGV of lua/requeue.lua; (job id, limits) pairs follow."""
+
+    api_queue: str
+    worker_queue: str
+    now_iso: str
 
 
 def _source(name: str) -> str:
@@ -117,7 +140,8 @@ class LaneScripts:
         self.promote: Script = client.register_script(_lane_script("promote"))
         self.cancel: Script = client.register_script(_lane_script("cancel"))
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
-        self.take_abandoned: Script = client.register_script(_source("take_abandoned"))
+        self.reap: Script = client.register_script(_lane_script("reap"))
+        self.requeue: Script = client.register_script(_lane_script("requeue"))
 
 
 @cache

@@ -1,20 +1,32 @@
-"""Enforce a job's ``timeout`` around the handler (SIGALRM with sub-second precision).
+"""Enforce a job's ``timeout`` around the handler.
 
-An outer ITIMER_REAL timer (pytest-timeout, a supervisor's own alarm) is not cancelled: the
-job's timer is armed for whichever comes first, the outer handler gets its signal when its own
-deadline passes, and the outer timer is re-armed with its remaining time afterwards.
+In the main thread (``runjobs`` with one thread): SIGALRM with sub-second precision, which also
+interrupts a blocking call such as ``time.sleep``. An outer ITIMER_REAL timer (pytest-timeout,
+a supervisor's own alarm) is not cancelled: the job's timer is armed for whichever comes first,
+the outer handler gets its signal when its own deadline passes, and the outer timer is re-armed
+with its remaining time afterwards.
+
+In job threads (``--threads N``): signals reach only the main thread, so a watchdog thread
+raises ``JobTimeout`` in the job's thread as an asynchronous exception, which Python delivers at
+the thread's next bytecode. A handler blocked in C code (a socket read without a timeout, a long
+``time.sleep``) does not see it until the call returns; if it is still running ``STUCK_AFTER``
+seconds after its deadline the watchdog reports it stuck (the worker then gives up its lease and
+recycles the process, see worker.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
 
+from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import JobTimeout
 
 logger = logging.getLogger("kumiko_jobs")
@@ -28,9 +40,8 @@ def enforce_timeout(seconds: float | None, job_name: str) -> Iterator[None]:
         yield
         return
     if threading.current_thread() is not threading.main_thread():
-        # Signals reach only the main thread; workers run jobs there, helpers may not.
-        logger.warning("kumiko_jobs: timeout of %s not enforced outside the main thread", job_name)
-        yield
+        with watchdog().watch(seconds, job_name):
+            yield
         return
     start = time.monotonic()
     job_deadline = start + seconds
@@ -66,3 +77,97 @@ def enforce_timeout(seconds: float | None, job_name: str) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
         elif outer_fired and outer_interval > 0:
             signal.setitimer(signal.ITIMER_REAL, outer_interval, outer_interval)
+
+
+@dataclass
+class _Watch:
+    deadline: float
+    seconds: float
+    job_name: str
+    fired: bool = False
+    reported: bool = False
+
+
+class Watchdog(threading.Thread):
+    """One per process: times the handlers of job threads (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="kumiko-watchdog", daemon=True)
+        self._lock = threading.Condition()
+        self._watches: dict[int, _Watch] = {}
+        # Called with (thread ident, job name) once per run stuck past its deadline + grace.
+        self.on_stuck: Callable[[int, str], None] | None = None
+
+    @contextmanager
+    def watch(self, seconds: float, job_name: str) -> Iterator[None]:
+        ident = threading.get_ident()
+        with self._lock:
+            self._watches[ident] = _Watch(time.monotonic() + seconds, seconds, job_name)
+            self._lock.notify()
+        try:
+            yield
+        finally:
+            with self._lock:
+                entry = self._watches.pop(ident, None)
+            if entry is not None and entry.fired:
+                # Fired as the handler returned: take back the exception if still undelivered.
+                _async_raise(ident, None)
+
+    def run(self) -> None:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                waits = [self._due(ident, entry, now) for ident, entry in list(self._watches.items())]
+                pending = [w for w in waits if w is not None]
+                self._lock.wait(min(pending) if pending else None)
+
+    def _due(self, ident: int, entry: _Watch, now: float) -> float | None:
+        """Act on a watch that is due; return seconds until its next due time, if any."""
+        if not entry.fired:
+            if now < entry.deadline:
+                return entry.deadline - now
+            entry.fired = True
+            _async_raise(ident, _expired(entry.job_name, entry.seconds))
+            logger.warning(
+                "kumiko_jobs: %s exceeded its timeout of %gs; stopping it", entry.job_name, entry.seconds
+            )
+        stuck_at = entry.deadline + float(get_config()["STUCK_AFTER"])
+        if entry.reported:
+            return None
+        if now < stuck_at:
+            return stuck_at - now
+        entry.reported = True
+        if self.on_stuck is not None:
+            self.on_stuck(ident, entry.job_name)
+        return None
+
+
+def _expired(job_name: str, seconds: float) -> type[JobTimeout]:
+    """A JobTimeout class carrying this run's message: an asynchronous exception is raised from
+    its class, without arguments."""
+    message = f"Job {job_name!r} exceeded its timeout of {seconds:g}s and was stopped."
+
+    class Expired(JobTimeout):
+        def __init__(self) -> None:
+            super().__init__(message)
+
+    Expired.__name__ = Expired.__qualname__ = "JobTimeout"
+    return Expired
+
+
+def _async_raise(ident: int, exc: type[BaseException] | None) -> None:
+    target = ctypes.py_object(exc) if exc is not None else ctypes.c_void_p(0)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), target)
+
+
+_watchdog: Watchdog | None = None
+_watchdog_lock = threading.Lock()
+
+
+def watchdog() -> Watchdog:
+    global _watchdog
+    with _watchdog_lock:
+        if _watchdog is None:
+            _watchdog = Watchdog()
+            _watchdog.start()
+        return _watchdog

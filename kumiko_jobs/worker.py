@@ -1,8 +1,14 @@
 """The lane worker: RQ's SimpleWorker (registration, signals, dashboards) with a lean hot path.
 
 Per job it makes one Redis round trip (finish the previous job and claim the next in one
-script, lane.finish_and_claim) and one or two UPDATEs of the run record. Jobs run in-process; the README
-explains why (measured: forking per job costs ~2x and a DB connection per job).
+script, lane.finish_and_claim) and one or two UPDATEs of the run record. Jobs run in-process;
+the README explains why (measured: forking per job costs ~2x and a DB connection per job).
+
+``--threads N`` runs N job loops (job_loop.py) in threads of one process, each with its own
+database connection and its own claims, so fairness and caps work exactly as across
+processes. The main thread then does the lane's upkeep (promotion, reaper, repair, outbox,
+rebuild) and handles signals; with one thread the main thread runs the jobs and the upkeep.
+Leases, "running" marks and timeouts are per running job.
 """
 
 from __future__ import annotations
@@ -10,40 +16,55 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import redis
 from rq import Queue
 from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
+from rq.utils import now as rq_now
 from rq.worker import SimpleWorker, WorkerStatus
 
-from kumiko_jobs.conf import get_config, redis_url
+from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
-from kumiko_jobs.execution import run_claimed
-from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
+from kumiko_jobs.job_loop import JobLoop, nothing_due, start_threads
+from kumiko_jobs.lane import promote_due
 from kumiko_jobs.leases import Heartbeat, reap
+from kumiko_jobs.rebuild import push_waiting, rebuild_step
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
-from kumiko_jobs.worker_logging import redacted
+from kumiko_jobs.timeouts import watchdog
 
 logger = logging.getLogger("kumiko_jobs.worker")
 REAP_INTERVAL = 5.0
-MAX_BLOCK = 1.0
+OUTBOX_INTERVAL = 2.0
+REBUILD_INTERVAL = 1.0
+UPKEEP_TICK = 0.2
+# A process being recycled gives its other threads this long to finish their jobs.
+RECYCLE_WAIT = 30.0
+# Exit status of a worker that recycles itself (a stuck job, a dead thread): restart me.
+EXIT_RECYCLE = 75
 
 
 class LaneWorker(SimpleWorker):
     """Consumes exactly one lane (one RQ queue), so every pop is atomic and crash-safe."""
 
-    def __init__(self, lane: str, *, name: str | None = None, schedule: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, lane: str, *, name: str | None = None, schedule: bool = True, threads: int = 1, **kwargs: Any
+    ) -> None:
         self.lane = lane
         self.keys = get_keys()
         self.client = get_redis()
         self.schedule = schedule
+        self.threads = threads
         queue = Queue(self.keys.queue_name(lane), connection=self.client, serializer=JSONSerializer)
         super().__init__(
             [queue],
@@ -53,37 +74,50 @@ class LaneWorker(SimpleWorker):
             worker_ttl=int(get_config()["ABANDON_AFTER"]),
             **kwargs,
         )
+        self.lease = float(get_config()["ABANDON_AFTER"])
         self.counts: dict[str, int] = {}
-        self._lease = float(get_config()["ABANDON_AFTER"])
-        self._next_promote = 0.0
+        self.next_promote = 0.0
+        self.recycle_reason = ""
+        self._lock = threading.Lock()
+        self._tickets: int | None = None  # claims left under --max-jobs (None: no limit)
+        self._busy = 0
+        self.waiting = False  # the single-threaded loop is blocked waiting for work
         self._next_reap = 0.0
         self._next_repair = time.time() + REPAIR_INTERVAL
-        self._heartbeat: Heartbeat | None = None
+        self._next_outbox = 0.0
+        self._next_rebuild = 0.0
+        self.leases = Heartbeat(self.client, self.keys, self.lane, self.key)
+        self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
+        self._loops: list[JobLoop] = []
 
-    # RQ calls request_stop on SIGTERM/SIGINT: finish the current job (BUSY) or stop at once.
     def work(  # type: ignore[override]
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
     ) -> bool:
         self.bootstrap(logging_level)
         self._log_banner(burst, max_jobs)
+        self._tickets = max_jobs
         self.client.sadd(self.keys.claimers(self.lane), self.name)
         self._install_signal_handlers()  # type: ignore[no-untyped-call]
-        self._heartbeat = Heartbeat(self.client, self.keys, self.lane, self.key)
-        self._heartbeat.start()
-        self._marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
-        self._marker.start()
+        self.leases.start()
+        self.marker.start()
         try:
-            self._loop(burst, max_jobs)
+            self.set_state(WorkerStatus.BUSY)
+            if self.threads == 1:
+                loop = JobLoop(self, upkeep=True)
+                self._loops = [loop]
+                loop.run(burst)
+            else:
+                self._run_threads(burst)
         except StopRequested:
             pass
-        except redis.ConnectionError:
-            logger.exception("kumiko_jobs: lost Redis; worker %s stops", self.name)
-            raise
         finally:
-            self._heartbeat.stop()
-            self._marker.stop()
-            self.client.srem(self.keys.claimers(self.lane), self.name)
-            self.teardown()  # type: ignore[no-untyped-call]
+            self.leases.stop()
+            self.marker.stop()
+            try:
+                self.client.srem(self.keys.claimers(self.lane), self.name)
+                self.teardown()  # type: ignore[no-untyped-call]
+            except redis.RedisError:
+                logger.warning("worker %s: Redis unreachable while unregistering", self.name)
         done = sum(self.counts.values())
         logger.info(
             "worker %s stopped after %d jobs %s; database connections opened: %d",
@@ -92,90 +126,139 @@ class LaneWorker(SimpleWorker):
             self.counts,
             opened_connections(),
         )
+        if self.recycle_reason:
+            logger.error("worker %s exits for a restart: %s", self.name, self.recycle_reason)
+            sys.exit(EXIT_RECYCLE)
         return done > 0
 
+    def _run_threads(self, burst: bool) -> None:
+        watchdog().on_stuck = self._on_stuck
+        threads = start_threads(self, self.threads, burst)
+        self._loops = [loop for _thread, loop in threads]
+        recycle_deadline: float | None = None
+        while any(thread.is_alive() for thread, _loop in threads):
+            if self.recycle_reason and recycle_deadline is None:
+                recycle_deadline = time.monotonic() + RECYCLE_WAIT
+            if recycle_deadline is not None and time.monotonic() > recycle_deadline:
+                break  # a stuck thread is a daemon: it ends with the process
+            try:
+                self.upkeep()
+            except redis.RedisError:
+                pass  # the job threads wait out the outage and report it
+            time.sleep(UPKEEP_TICK)
+
+    # Shared by the job loops --------------------------------------------------------------
+    def stopping(self) -> bool:
+        return self._stop_requested or bool(self.recycle_reason)
+
+    def take_ticket(self) -> bool:
+        with self._lock:
+            if self._tickets is None:
+                return True
+            if self._tickets <= 0:
+                return False
+            self._tickets -= 1
+            return True
+
+    def return_ticket(self) -> None:
+        with self._lock:
+            if self._tickets is not None:
+                self._tickets += 1
+
+    def tally(self, outcome: str) -> None:
+        with self._lock:
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+
+    def busy(self, delta: int) -> None:
+        with self._lock:
+            self._busy += delta
+
+    def wake_at(self, when: float) -> None:
+        with self._lock:
+            self.next_promote = min(self.next_promote, when)
+
+    def nothing_due(self) -> bool:
+        return nothing_due(self)
+
+    def request_recycle(self, reason: str) -> None:
+        """Stop taking jobs and exit with EXIT_RECYCLE once the running ones are done."""
+        if not self.recycle_reason:
+            self.recycle_reason = reason
+            logger.error("worker %s: %s; it stops taking jobs and exits for a restart", self.name, reason)
+
+    def _on_stuck(self, ident: int, job_name: str) -> None:
+        # The watchdog thread: a handler ignored its timeout (blocked in C code). Its lease is let
+        # go, so the reaper retries the run, and the process is replaced.
+        for loop in self._loops:
+            if loop.thread_ident == ident and loop.member:
+                self.leases.release(loop.member)
+        frame = sys._current_frames().get(ident)
+        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame else ""
+        self.request_recycle(f"job {job_name} is stuck past its timeout{where}")
+
+    # Signals ------------------------------------------------------------------------------
     def request_stop(self, signum: int, frame: Any) -> None:
+        with self._lock:
+            busy = self._busy
         logger.info(
             "worker %s: %s received: %s, then stopping (a second signal stops at once)",
             self.name,
             signal.Signals(signum).name,
-            "finishing the running job" if self._state == WorkerStatus.BUSY else "no job running",
+            f"finishing the running job{'s' if busy > 1 else ''}" if busy else "no job running",
         )
-        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+        self._shutdown_requested_date: datetime = rq_now()
+        self._stop_requested = True
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        if self.threads == 1 and self.waiting:
+            raise StopRequested  # idle: leave the wait for work at once
+
+    # Upkeep -------------------------------------------------------------------------------
+    def upkeep(self) -> None:
+        now = time.time()
+        if self.schedule and now >= self.next_promote:
+            next_due = promote_due(self.client, self.keys, self.lane)
+            with self._lock:
+                self.next_promote = min(now + 1.0, next_due) if next_due else now + 1.0
+        if now >= self._next_reap:
+            self._next_reap = now + REAP_INTERVAL
+            self._guarded("reaper", reap, self.client, self.keys, self.lane, self.name)
+        if now >= self._next_repair:
+            self._next_repair = now + REPAIR_INTERVAL
+            self._guarded("repair", repair_stale_runs, self.client, self.keys, self.lane)
+        if now >= self._next_outbox:
+            self._next_outbox = now + OUTBOX_INTERVAL
+            self._guarded("outbox", push_waiting, self.client, self.keys, self.lane)
+        if now >= self._next_rebuild:
+            # A batch of a rebuild when Redis lost its data; one MGET otherwise.
+            self._next_rebuild = now + REBUILD_INTERVAL
+            self._guarded("rebuild", rebuild_step, self.client, self.keys, self.lane)
+
+    def _guarded[**P](self, task: str, run: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
+        """Run an upkeep task; only a Redis outage (handled by the loop) gets past it."""
+        try:
+            run(*args, **kwargs)
+        except redis.RedisError:
+            raise
+        except Exception:
+            logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
         from django.db import connection
 
         logger.info(
             "worker %s (pid %d) consuming lane %s (queue %s, prefix %r) on Redis %s, database %s; "
-            "scheduler %s%s%s",
+            "%d thread%s, scheduler %s%s%s",
             self.name,
             os.getpid(),
             self.lane,
             self.keys.queue_name(self.lane),
             self.keys.prefix,
-            redacted(redis_url()),
+            redis_description(),
             f"{connection.vendor}:{connection.settings_dict.get('NAME')}",
+            self.threads,
+            "s" if self.threads > 1 else "",
             "on" if self.schedule else "off (--no-scheduler)",
             ", burst" if burst else "",
             f", at most {max_jobs} jobs" if max_jobs else "",
         )
-
-    def _loop(self, burst: bool, max_jobs: int | None) -> int:
-        heartbeat = self._heartbeat
-        if heartbeat is None:
-            raise RuntimeError("work() starts the heartbeat before the loop")
-        done = 0
-        finished: Finished | None = None  # the attempt whose outcome Redis is told next
-        while True:
-            self._upkeep()
-            stop = self._stop_requested or (max_jobs is not None and done >= max_jobs)
-            execution_id = uuid.uuid4().hex[:12]
-            self._state = WorkerStatus.BUSY  # a signal now only sets _stop_requested
-            claim = None if stop else Claim(self.name, execution_id, time.time() + self._lease)
-            job = finish_and_claim(self.client, self.keys, self.lane, finished, claim)
-            finished = None
-            if stop:
-                return done
-            if job is None:
-                self._state = WorkerStatus.IDLE
-                if burst and self._nothing_due():
-                    return done
-                self._wait_for_work()
-                continue
-            member = f"{job.job_id}:{execution_id}"
-            heartbeat.member = member
-            outcome = run_claimed(job, worker=self.name, consumer_lane=self.lane, observer=self._marker)
-            heartbeat.member = ""
-            self.counts[outcome.counted_as] = self.counts.get(outcome.counted_as, 0) + 1
-            finished = Finished(job.job_id, member, outcome)
-            if outcome.retry_at and self.schedule:
-                # Wake for this run's own retry or deferral, not at the next promotion round.
-                self._next_promote = min(self._next_promote, outcome.retry_at)
-            done += 1
-
-    def _wait_for_work(self) -> None:
-        """Block on the lane's wake token (one key, not one per tenant); producers arm it."""
-        timeout = max(0.05, min(MAX_BLOCK, self._next_promote - time.time())) if self.schedule else MAX_BLOCK
-        self.client.blpop([self.keys.wake(self.lane)], timeout)
-
-    def _upkeep(self) -> None:
-        now = time.time()
-        if self.schedule and now >= self._next_promote:
-            next_due = promote_due(self.client, self.keys, self.lane)
-            self._next_promote = min(now + MAX_BLOCK, next_due) if next_due else now + MAX_BLOCK
-        if now >= self._next_reap:
-            self._next_reap = now + REAP_INTERVAL
-            reap(self.client, self.keys, self.lane, self.name)
-        if now >= self._next_repair:
-            self._next_repair = now + REPAIR_INTERVAL
-            repair_stale_runs(self.client, self.keys, self.lane)
-
-    def _nothing_due(self) -> bool:
-        if not self.schedule:
-            return True
-        next_due = promote_due(self.client, self.keys, self.lane)
-        if next_due is not None and next_due <= time.time():
-            return False
-        # promote_due may have moved work into the lane; the next claim tells.
-        return not self.client.exists(self.keys.ring(self.lane))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from urllib.parse import urlsplit, urlunsplit
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _LEVELS = {0: logging.WARNING, 1: logging.INFO}
@@ -32,14 +31,3 @@ def configure(verbosity: int) -> None:
         target.addHandler(handler)
         target.setLevel(level)
         target.propagate = False
-
-
-def redacted(url: str) -> str:
-    """A Redis URL fit for a log line: the password replaced."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))

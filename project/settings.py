@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
-import django_stubs_ext
 
-# Lets runtime code subscript Django's generic classes the way mypy wants them written
-# (admin.ModelAdmin[Tenant], QuerySet[Note]); the kumiko_jobs package itself must not rely on it.
-django_stubs_ext.monkeypatch()
+# No django_stubs_ext.monkeypatch(): the package and the demo must run in a project that does
+# not call it, so the test suite runs without it too.
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -104,19 +102,8 @@ KUMIKO_JOBS: dict[str, Any] = {
     "TENANT_MODEL": "demo.Tenant",
 }
 
-# One RQ queue per lane; payloads are JSON in Redis, never pickle. django-rq 4.2 reads
-# "SERIALIZER" per queue (a dotted path or rq's alias "json").
-RQ_QUEUES: dict[str, dict[str, Any]] = {
-    f"{QUEUE_PREFIX}:{lane}": {
-        "URL": REDIS_URL,
-        "SERIALIZER": "rq.serializers.JSONSerializer",
-        # Counts and lists the lane's per-tenant flows, not only RQ's plain list.
-        "QUEUE_CLASS": "kumiko_jobs.rq_queue.LaneQueue",
-    }
-    for lane in ("api", "worker")
-}
-# "auto": django-rq enqueues at once; kumiko_jobs does its own on-commit handling.
-RQ = {"COMMIT_MODE": "auto"}
+# No RQ_QUEUES or RQ here: kumiko_jobs gives django-rq the lanes' queues and its queue class
+# (kumiko_jobs/dashboard/setup.py), as it does in a user's project.
 
 # No LOGGING: Django's default. runjobs gives itself timestamped output on stderr (-v 0..3);
 # a project that configures the kumiko_jobs logger keeps its own (worker_logging.py).

@@ -20,7 +20,25 @@ KUMIKO_JOBS = {
     **KUMIKO_JOBS,
     **{
         key: float(os.environ[f"KUMIKO_TEST_{key}"])
-        for key in ("ABANDON_AFTER", "HEARTBEAT_INTERVAL", "UNKNOWN_JOB_GRACE", "UNKNOWN_JOB_RETRY_DELAY")
+        for key in (
+            "ABANDON_AFTER",
+            "HEARTBEAT_INTERVAL",
+            "UNKNOWN_JOB_GRACE",
+            "UNKNOWN_JOB_RETRY_DELAY",
+            "STUCK_AFTER",
+        )
         if f"KUMIKO_TEST_{key}" in os.environ
     },
 }
+
+if os.environ.get("KUMIKO_TEST_REDIS_CACHE"):
+    # A worker of tests/integration/test_redis_cache.py: kumiko's Redis is a django-redis cache's
+    # pool (env: that cache's URL), not REDIS_URL.
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": os.environ["KUMIKO_TEST_REDIS_CACHE"],
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5},
+        }
+    }
+    KUMIKO_JOBS = {**KUMIKO_JOBS, "REDIS_URL": None, "REDIS": "cache:default"}

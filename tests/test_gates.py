@@ -201,7 +201,7 @@ def test_stock_rq_push_is_swept_into_its_flow(redis_client: Any) -> None:
 
 
 def test_django_rq_queue_counts_and_lists_flows(tenants: list[Any]) -> None:
-    from kumiko_jobs.rq_queue import LaneQueue
+    from kumiko_jobs.dashboard.queue import LaneQueue
 
     ids = [dispatch("tests.record", {}, tenant=t).job_id for t in tenants]
     ids.append(dispatch("tests.capped", {}, tenant=tenants[0]).job_id)

@@ -1,4 +1,5 @@
-"""Run records that Redis contradicts are repaired (lost outcome writes, vanished jobs)."""
+"""Run records that Redis contradicts are repaired: lost outcome writes take Redis' outcome, and
+a run whose job vanished from Redis is pushed again from its record (never failed for it)."""
 
 from __future__ import annotations
 
@@ -21,21 +22,29 @@ def _age(run_id: str | None, status: str) -> None:
     JobRun.objects.filter(pk=run_id).update(status=status, updated_at=timezone.now() - timedelta(hours=1))
 
 
-def test_lost_outcome_and_vanished_job_are_repaired(redis_client: Any) -> None:
+def test_lost_outcome_is_repaired_and_a_vanished_job_is_pushed_again(
+    redis_client: Any, traces: Any, settings: Any
+) -> None:
+    # Redis can tell what became of a job only while it keeps finished ones (RESULT_TTL > 0);
+    # with the default 0 a lost outcome write means the run is pushed again (at least once).
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "RESULT_TTL": 600}
     done = dispatch("tests.record", {"n": 1})
     gone = dispatch("tests.record", {"n": 2})
     waiting = dispatch("tests.record", {"n": 3}, delay=3600)
     drain()
-    # A crash lost the outcome write of `done`; `gone` vanished from Redis while "running".
+    # A crash lost the outcome write of `done`; `gone` vanished from Redis while "running" (its
+    # worker is gone too).
     _age(done.run_id, RunStatus.RUNNING)
     _age(gone.run_id, RunStatus.RUNNING)
     redis_client.delete(get_keys().job(gone.job_id))
     _age(waiting.run_id, RunStatus.QUEUED)
     assert repair_stale_runs(redis_client, get_keys(), "worker") == 2
     assert JobRun.objects.get(pk=done.run_id).status == RunStatus.SUCCEEDED
-    lost = JobRun.objects.get(pk=gone.run_id)
-    assert lost.status == RunStatus.FAILED and "gone from Redis" in lost.error
+    assert JobRun.objects.get(pk=gone.run_id).status == RunStatus.QUEUED
     assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.QUEUED  # Redis agrees
+    assert drain() == {"succeeded": 1}
+    assert JobRun.objects.get(pk=gone.run_id).status == RunStatus.SUCCEEDED
+    assert [e["payload"]["n"] for e in traces("record")] == [1, 2, 2]  # at least once
     # One repairer per minute and lane.
     _age(done.run_id, RunStatus.RUNNING)
     assert repair_stale_runs(redis_client, get_keys(), "worker") == 0
@@ -49,11 +58,30 @@ def test_recent_unfinished_rows_are_left_alone(redis_client: Any) -> None:
     assert JobRun.objects.get(pk=result.run_id).status == RunStatus.RUNNING
 
 
-def test_job_deleted_from_redis_gives_back_its_skip_limit(redis_client: Any, tenants: list[Any]) -> None:
+def test_job_deleted_behind_kumikos_back_is_pushed_again_without_counting_its_limit_twice(
+    redis_client: Any, tenants: list[Any]
+) -> None:
     tenant = str(tenants[0].pk)
     runs = [dispatch("tests.limited", {}, tenant=tenant) for _ in range(3)]
     assert dispatch("tests.limited", {}, tenant=tenant).status == "skipped"
-    redis_client.delete(get_keys().job(runs[0].job_id))  # e.g. "delete" in RQ's dashboard
+    redis_client.delete(get_keys().job(runs[0].job_id))  # a raw DEL (the dashboard cancels instead)
     _age(runs[0].run_id, RunStatus.QUEUED)
     assert repair_stale_runs(redis_client, get_keys(), "worker") == 1
-    assert dispatch("tests.limited", {}, tenant=tenant).status == "queued"
+    assert dispatch("tests.limited", {}, tenant=tenant).status == "skipped"  # still 3 counted
+    assert drain() == {"succeeded": 3}
+    assert dispatch("tests.limited", {}, tenant=tenant).status == "queued"  # all given back
+
+
+def test_finished_runs_and_other_prefixes_are_never_touched(redis_client: Any, settings: Any) -> None:
+    done = dispatch("tests.record", {})
+    drain()
+    redis_client.delete(get_keys().job(done.job_id))  # RESULT_TTL expired
+    JobRun.objects.filter(pk=done.run_id).update(updated_at=timezone.now() - timedelta(hours=1))
+    other = dispatch("tests.record", {}, delay=3600)
+    _age(other.run_id, RunStatus.QUEUED)
+    redis_client.delete(get_keys().job(other.job_id))
+    # Another deployment (prefix) on the same database must not repair this one's runs.
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "QUEUE_PREFIX": "another-deployment"}
+    assert repair_stale_runs(redis_client, get_keys(), "worker") == 0
+    assert JobRun.objects.get(pk=other.run_id).status == RunStatus.QUEUED
+    assert JobRun.objects.get(pk=done.run_id).status == RunStatus.SUCCEEDED

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.http import HttpRequest
 
 from kumiko_jobs.admin.access import is_operator
 from kumiko_jobs.models import EscapeHatchAudit
 
+# ModelAdmin is generic only in django-stubs: subscripting it at run time needs
+# django_stubs_ext.monkeypatch(), which a user's project does not call.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[EscapeHatchAudit]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
 
 @admin.register(EscapeHatchAudit)
-class EscapeHatchAuditAdmin(admin.ModelAdmin[EscapeHatchAudit]):
+class EscapeHatchAuditAdmin(_ModelAdmin):
     list_display = (
         "job_name", "tenant_id", "kind", "reason", "actor", "caller", "count", "first_seen", "last_seen",
     )  # fmt: skip

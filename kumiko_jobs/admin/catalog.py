@@ -7,7 +7,7 @@ import inspect
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.contrib import admin, messages
@@ -77,8 +77,15 @@ def catalog_rows() -> tuple[list[CatalogRow], str | None]:
     return rows, note
 
 
+# ModelAdmin is generic only in django-stubs (see audits.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobCatalog]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
+
 @admin.register(JobCatalog)
-class JobCatalogAdmin(admin.ModelAdmin[JobCatalog]):
+class JobCatalogAdmin(_ModelAdmin):
     """The catalog in place of a change list, and ``trigger/<job name>/``."""
 
     def get_urls(self) -> list[URLPattern]:

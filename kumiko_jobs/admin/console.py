@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.contrib import admin
@@ -127,8 +127,15 @@ def _tenant_label(tenant: str | None, names: dict[str, str]) -> str:
     return names.get(tenant, "")
 
 
+# ModelAdmin is generic only in django-stubs (see audits.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[ConsoleOverview]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
+
 @admin.register(ConsoleOverview)
-class ConsoleOverviewAdmin(admin.ModelAdmin[ConsoleOverview]):
+class ConsoleOverviewAdmin(_ModelAdmin):
     """The overview page in place of a change list (the proxy model gives it a place in the index)."""
 
     def get_urls(self) -> list[URLPattern]:

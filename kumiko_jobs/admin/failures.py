@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -31,8 +31,15 @@ class FailingJobFilter(admin.SimpleListFilter):
         return queryset.filter(job_name=self.value()) if self.value() else queryset
 
 
+# ModelAdmin is generic only in django-stubs (see audits.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[TenantFailure]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
+
 @admin.register(TenantFailure)
-class TenantFailureAdmin(admin.ModelAdmin[TenantFailure]):
+class TenantFailureAdmin(_ModelAdmin):
     list_display = (
         "message_key", "job_name", "tenant_id", "subject", "count", "first_failed_at", "last_failed_at",
         "last_run",

@@ -13,13 +13,15 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from kumiko_jobs.cancelling import WAITING, cancel_queued
+from kumiko_jobs.cancelling import cancel_queued
 from kumiko_jobs.exceptions import KumikoJobsError, QueueUnavailable
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.retrying import retry_failed
 
 # Each retry dispatches a job; a "select all" over millions must not.
 ACTION_LIMIT = 100
+# Run states of a job Redis holds as queued or scheduled (a retry or a deferral waits scheduled).
+WAITING = (RunStatus.QUEUED, RunStatus.DEFERRED)
 
 
 def _selected(

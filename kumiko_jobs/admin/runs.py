@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -43,10 +43,15 @@ STAFF_LOOKUPS = frozenset(
     }
 )
 OPERATOR_LOOKUPS = STAFF_LOOKUPS | {"tenant", "retry_of", "fanout_parent", "correlation_id", "job_id"}
+# ModelAdmin is generic only in django-stubs (see audits.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobRun]
+else:
+    _ModelAdmin = admin.ModelAdmin
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin[JobRun]):
+class JobRunAdmin(_ModelAdmin):
     list_display = (
         "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "duration", "error_summary",
         "related",

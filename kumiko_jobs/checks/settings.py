@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 from django.apps import AppConfig, apps
 from django.core.checks import CheckMessage, Error, Tags, register
@@ -14,14 +13,13 @@ from django.core.checks import Warning as CheckWarning
 from django.utils.module_loading import import_string
 
 from kumiko_jobs.checks.values import is_int_at_least, is_number_above, is_positive_int
-from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config, redis_url
+from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 HOOKS = ("ACTIVE_TENANTS", "USER_TENANT", "TENANT_ACTIVATOR")
 POSITIVE_NUMBERS = (
     "REDIS_TIMEOUT",
-    "RESULT_TTL",
     "FAILURE_TTL",
     "ABANDON_AFTER",
     "HEARTBEAT_INTERVAL",
@@ -29,6 +27,7 @@ POSITIVE_NUMBERS = (
     "UNKNOWN_JOB_RETRY_DELAY",
     "TENANT_CACHE_SECONDS",
     "WORKER_DB_MAX_AGE",
+    "STUCK_AFTER",
 )
 MIN_RETENTION = 3600
 Problem = tuple[str, str, str]  # message, hint, id suffix
@@ -51,16 +50,6 @@ def check_settings(app_configs: Iterable[AppConfig] | None = None, **kwargs: Any
         for message, hint, code in rule(config)
     ]
     return out
-
-
-def _redis_url(config: dict[str, Any]) -> Iterator[Problem]:
-    url = redis_url()
-    if urlparse(url).scheme not in ("redis", "rediss", "unix"):
-        yield (
-            f"KUMIKO_JOBS['REDIS_URL'] {url!r} is not a Redis URL.",
-            "Use redis://host:6379/0, rediss://… or unix:///path/redis.sock.",
-            "E013",
-        )
 
 
 def _queue_prefix(config: dict[str, Any]) -> Iterator[Problem]:
@@ -114,6 +103,15 @@ def _positive_numbers(config: dict[str, Any]) -> Iterator[Problem]:
                 f"The default is {CONFIG_DEFAULTS[key]!r}.",
                 "E021",
             )
+
+
+def _result_ttl(config: dict[str, Any]) -> Iterator[Problem]:
+    if not is_int_at_least(config["RESULT_TTL"], 0):
+        yield (
+            f"KUMIKO_JOBS['RESULT_TTL'] = {config['RESULT_TTL']!r} must be a whole number of seconds >= 0.",
+            "0 (the default) deletes a succeeded job from Redis at once; its run record stays.",
+            "E033",
+        )
 
 
 def _running_mark_delay(config: dict[str, Any]) -> Iterator[Problem]:
@@ -186,11 +184,11 @@ def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
 
 
 _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
-    _redis_url,
     _queue_prefix,
     _hooks,
     _tenant_model,
     _positive_numbers,
+    _result_ttl,
     _running_mark_delay,
     _lease,
     _audit_window,

@@ -109,6 +109,11 @@ local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_inf
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   local jk = job_key(id)
+  if kind == 'ok' and tonumber(ttl) == 0 then
+    -- RESULT_TTL 0 (the default): the run record is the history; Redis forgets the job.
+    redis.call('DEL', jk)
+    return
+  end
   if redis.call('EXISTS', jk) == 0 then return end  -- deleted behind our back: nothing to record
   if kind == 'ok' then
     redis.call('HSET', jk, 'status', 'finished', 'ended_at', now_iso)
@@ -128,70 +133,92 @@ local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_inf
   end
 end
 
--- Serve the ring: pop one id from the head flow and rotate, parking a capped flow at its cap.
--- Registers the claimed run as started under lease member id..':'..execution. Returns
--- {id, data, meta} or false when the lane is idle.
+-- Take the flow just served off the ring: rotated to the tail, LREM from the tail finds it at once.
+local function unring(P, flow)
+  redis.call('LREM', ring_key(P), -1, flow)
+end
+
+-- A flow whose key is not a list (written by something else) is taken out of service and listed
+-- for operators, so one bad key cannot stop the lane.
+local function quarantine(P, flow, cap)
+  if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
+  unring(P, flow)
+  redis.call('HDEL', state_key(P), flow)
+  redis.call('SADD', broken_key(P), flow)
+end
+
+-- Serve the ring: rotate its head flow to the tail and pop one id from it; a flow left empty, or a
+-- capped flow at its cap, is taken off the tail again at once (an idle flow must not linger in
+-- the ring: its next run goes to the head, "new flows first"). Registers the claimed run as
+-- started under lease member id..':'..execution. Returns {id, data, meta} or false when idle.
 local function claim(P, started, plain, deadline, now_iso, worker, execution)
   local ring = ring_key(P)
   for _ = 1, 32 do
-    local flow = redis.call('LINDEX', ring, 0)
+    local flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     if not flow then
       -- Idle lane: pick up anything stock RQ pushed onto the plain list, then look once more.
       if sweep(P, plain, 100) == 0 then return false end
-      flow = redis.call('LINDEX', ring, 0)
+      flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      if not flow then return false end
     end
     local cap = cap_of(flow)
     local running = cap and redis.call('HINCRBY', running_key(P), counter_of(flow), 1) or 0
+    local id = false
     if cap and running > cap then
       -- At its cap (e.g. the cap was lowered): park it, pop nothing.
       redis.call('HINCRBY', running_key(P), counter_of(flow), -1)
-      redis.call('LPOP', ring)
+      unring(P, flow)
       redis.call('HSET', state_key(P), flow, PARKED)
     else
-      local id = redis.call('LPOP', flow_key(P, flow))
-      if not id then
+      id = redis.pcall('LPOP', flow_key(P, flow))
+      if type(id) == 'table' then
+        quarantine(P, flow, cap)
+        id = false
+      elseif not id then
         if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
-        redis.call('LPOP', ring)
+        unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
+      elseif redis.call('LLEN', flow_key(P, flow)) == 0 then
+        unring(P, flow)
+        redis.call('HDEL', state_key(P), flow)
+      elseif cap and running >= cap then
+        unring(P, flow)
+        redis.call('HSET', state_key(P), flow, PARKED)
       else
-        if redis.call('LLEN', flow_key(P, flow)) == 0 then
-          redis.call('LPOP', ring)
-          redis.call('HDEL', state_key(P), flow)
-        elseif cap and running >= cap then
-          redis.call('LPOP', ring)
-          redis.call('HSET', state_key(P), flow, PARKED)
-        else
-          redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-          arm(P)  -- chain-wake: more work is waiting for an idle worker
-        end
-        local f = redis.call('HMGET', job_key(id), 'data', 'meta')
-        if f[1] then
-          redis.call('ZADD', started, deadline, id .. ':' .. execution)
-          redis.call('HSET', job_key(id), 'status', 'started', 'started_at', now_iso, 'worker_name', worker,
-                     'last_heartbeat', now_iso)
-          return {id, f[1], f[2] or ''}
-        end
-        -- The hash vanished while queued (deleted or expired): free the slot, take the next.
-        if cap then release(P, flow, '') end
+        arm(P)  -- chain-wake: more work is waiting for an idle worker
       end
+    end
+    if id then
+      local f = redis.pcall('HMGET', job_key(id), 'data', 'meta')
+      if type(f) == 'table' and not f.err and f[1] then
+        redis.call('ZADD', started, deadline, id .. ':' .. execution)
+        redis.call('HSET', job_key(id), 'status', 'started', 'started_at', now_iso, 'worker_name', worker,
+                   'last_heartbeat', now_iso)
+        return {id, f[1], f[2] or ''}
+      end
+      -- The hash vanished while queued (deleted, expired, or overwritten with another type):
+      -- free the slot, take the next.
+      if cap then release(P, flow, '') end
     end
   end
   return false
 end
 
--- Count an ended attempt in the lane's hourly counters (read by the admin console, lane_stats.py):
--- per outcome and per job and outcome in a hash; succeeded runs and final failures per tenant in
--- a sorted set each. Each key gets its TTL when it is created.
-local function count_outcome(P, now, stat, job, tenant)
-  if stat == '' then return end
-  local hour = math.floor(now / 3600)
-  local sk = stats_key(P, hour)
-  if redis.call('HINCRBY', sk, stat, 1) == 1 then redis.call('EXPIRE', sk, STATS_TTL) end
-  redis.call('HINCRBY', sk, 'j|' .. job .. '|' .. stat, 1)
-  local tk
-  if stat == 'succeeded' then tk = succeeding_key(P, hour)
-  elseif stat == 'failed' then tk = failing_key(P, hour)
-  else return end
-  if tenant == '' then tenant = NO_TENANT end
-  if redis.call('ZINCRBY', tk, 1, tenant) == '1' then redis.call('EXPIRE', tk, STATS_TTL) end
+-- Add a worker's tally of ended attempts (outcome_counts.py) to the lane's hourly counters, read
+-- by the admin console (lane_stats.py): per outcome and per job and outcome in a hash, succeeded
+-- runs and final failures per tenant in a sorted set each. `n` entries of (hour, outcome, count,
+-- job, tenant) start at ARGV[first]. A key gets its TTL when a field of it is created.
+local function count_outcomes(P, argv, first, n)
+  for i = first, first + 5 * (n - 1), 5 do
+    local hour, outcome, count, job, tenant = argv[i], argv[i + 1], tonumber(argv[i + 2]), argv[i + 3], argv[i + 4]
+    local sk = stats_key(P, hour)
+    if redis.call('HINCRBY', sk, outcome, count) == count then redis.call('EXPIRE', sk, STATS_TTL) end
+    redis.call('HINCRBY', sk, 'j|' .. job .. '|' .. outcome, count)
+    local tk
+    if outcome == 'succeeded' then tk = succeeding_key(P, hour) elseif outcome == 'failed' then tk = failing_key(P, hour) end
+    if tk then
+      if tenant == '' then tenant = NO_TENANT end
+      if tonumber(redis.call('ZINCRBY', tk, count, tenant)) == count then redis.call('EXPIRE', tk, STATS_TTL) end
+    end
+  end
 end

@@ -2,10 +2,10 @@
 -- KEYS: 1 job hash, 2 scheduled zset, 3 active-limits hash. ARGV: EnqueueArgs, then the
 -- field/value pairs of the job hash. Returns {'q', dropped ids...} | {'d'} | {'s', limit index}
 -- | {'b', pending job id}.
-local unique, run_at, P, flow, limit_keys, limits, replace, debounce_key, debounce_seconds, now =
-  ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9]),
-  tonumber(ARGV[10])
-local FIELDS = 11
+local unique, run_at, P, flow, limit_keys, limits, replace, debounce_key, debounce_seconds, now,
+      restore = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+      tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local FIELDS = 12
 local job, scheduled, active = KEYS[1], KEYS[2], KEYS[3]
 local id = string.sub(job, #job_key('') + 1)
 
@@ -27,6 +27,10 @@ local refused = admit(active, limit_keys, limits)
 if refused then return {'s', refused} end
 
 redis.call('HSET', job, unpack(ARGV, FIELDS))
+if restore == '1' and (redis.call('ZSCORE', scheduled, id) or redis.call('LPOS', flow_key(P, flow), id)) then
+  -- Only the hash was lost: the id still waits in its flow or the scheduled set.
+  return {'q'}
+end
 local out = {'q'}
 if replace == '1' then
   for _, old in ipairs(drop_waiting(P, active, flow)) do out[#out + 1] = old end

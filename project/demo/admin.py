@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -11,9 +11,16 @@ from django_scopes import scopes_disabled
 
 from project.demo.models import Note, Tenant
 
+# ModelAdmin is generic only in django-stubs; the demo runs without django_stubs_ext too.
+if TYPE_CHECKING:
+    _TenantAdmin = admin.ModelAdmin[Tenant]
+    _NoteAdmin = admin.ModelAdmin[Note]
+else:
+    _TenantAdmin = _NoteAdmin = admin.ModelAdmin
+
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin[Tenant]):
+class TenantAdmin(_TenantAdmin):
     list_display = ("name", "slug", "active")
     list_filter = ("active",)
     search_fields = ("name", "slug")
@@ -29,7 +36,7 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
 
 
 @admin.register(Note)
-class NoteAdmin(admin.ModelAdmin[Note]):
+class NoteAdmin(_NoteAdmin):
     list_display = ("text", "tenant", "created_at")
     list_filter = ("tenant",)
     list_select_related = ("tenant",)

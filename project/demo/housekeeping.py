@@ -11,7 +11,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.keys import LANES
+from kumiko_jobs.definitions import LANES
 from kumiko_jobs.models import JobRun, TenantFailure
 
 DEMO_JOB_PREFIX = "demo."

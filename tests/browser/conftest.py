@@ -26,7 +26,7 @@ FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
-PASSWORD = "browser-test-password"  # noqa: S105  (a throwaway user of the test database)
+PASSWORD = "browser-test-password"
 
 
 @pytest.fixture(autouse=True)

@@ -14,13 +14,14 @@ from kumiko_jobs.checks import check_settings
 @pytest.mark.parametrize(
     ("override", "code", "fragment"),
     [
-        ({"REDIS_URL": "http://x"}, "kumiko_jobs.E013", "is not a Redis URL"),
         ({"QUEUE_PREFIX": "bad prefix!"}, "kumiko_jobs.E018", "QUEUE_PREFIX"),
         ({"ACTIVE_TENANTS": "nowhere.tenants"}, "kumiko_jobs.E019", "ACTIVE_TENANTS"),
         ({"USER_TENANT": 42}, "kumiko_jobs.E019", "it is not callable"),
         ({"TENANT_MODEL": "demo.Nope"}, "kumiko_jobs.E020", "TENANT_MODEL"),
         ({"TENANT_MODEL": "no_dot"}, "kumiko_jobs.E020", "TENANT_MODEL"),
-        ({"RESULT_TTL": 0}, "kumiko_jobs.E021", "RESULT_TTL"),
+        ({"FAILURE_TTL": 0}, "kumiko_jobs.E021", "FAILURE_TTL"),
+        ({"RESULT_TTL": -1}, "kumiko_jobs.E033", "RESULT_TTL"),
+        ({"RESULT_TTL": 1.5}, "kumiko_jobs.E033", "RESULT_TTL"),
         ({"REDIS_TIMEOUT": float("inf")}, "kumiko_jobs.E021", "REDIS_TIMEOUT"),
         ({"TENANT_CACHE_SECONDS": "60"}, "kumiko_jobs.E021", "TENANT_CACHE_SECONDS"),
         ({"RUNNING_MARK_DELAY": -1}, "kumiko_jobs.E027", "RUNNING_MARK_DELAY"),

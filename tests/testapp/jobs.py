@@ -337,3 +337,26 @@ def failure_only(payload: dict[str, Any], ctx: JobContext) -> None:
 @job(name="tests.replaceable", concurrency="replace", tenant_visible_run=TenantVisibleRun())
 def replaceable(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("replaceable", payload=payload, **_ctx_fields(ctx))
+
+
+# --- chaos suite (tests/chaos/) ----------------------------------------------------------------
+
+
+def _ledger(event: str, ctx: JobContext) -> None:
+    """One line per start/end in a file (not Redis: the chaos suite wipes Redis)."""
+    path = os.environ.get("KUMIKO_CHAOS_LEDGER")
+    if not path:
+        return
+    line = f"{event} {ctx.run_id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)  # one write of < PIPE_BUF bytes with O_APPEND: never interleaved
+    finally:
+        os.close(fd)
+
+
+@job(name="tests.chaos_work")
+def chaos_work(payload: dict[str, Any], ctx: JobContext) -> None:
+    _ledger("start", ctx)
+    time.sleep(float(payload.get("ms", 5)) / 1000)
+    _ledger("end", ctx)

@@ -1,0 +1,132 @@
+"""One job thread's loop: finish the previous attempt and claim the next in one round trip, run
+it, repeat. ``runjobs --threads N`` runs N of these; with one thread it runs in the main thread
+(and does the lane's upkeep between jobs, see worker.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import redis
+
+from kumiko_jobs.execution import run_claimed
+from kumiko_jobs.lane import Claim, ClaimedJob, Finished, finish_and_claim, promote_due
+from kumiko_jobs.outage import RedisOutage
+
+if TYPE_CHECKING:
+    from kumiko_jobs.worker import LaneWorker
+
+logger = logging.getLogger("kumiko_jobs.worker")
+MAX_BLOCK = 1.0
+
+
+class JobLoop:
+    def __init__(self, worker: LaneWorker, *, upkeep: bool) -> None:
+        self.worker = worker
+        self.upkeep = upkeep
+        self.member = ""  # the lease member of the run this loop is executing
+        self.thread_ident = 0
+
+    def run(self, burst: bool) -> None:
+        self.thread_ident = threading.get_ident()
+        w = self.worker
+        finished: Finished | None = None  # the attempt whose outcome Redis is told next
+        outage = RedisOutage(w.name)
+        while True:
+            ticket = not w.stopping() and w.take_ticket()
+            execution_id = uuid.uuid4().hex[:12]
+            claim = Claim(w.name, execution_id, time.time() + w.lease) if ticket else None
+            try:
+                if self.upkeep:
+                    w.upkeep()
+                job = finish_and_claim(w.client, w.keys, w.lane, finished, claim)
+            except redis.RedisError as exc:
+                # Redis restarting, failing over or refusing a script: keep the finished attempt
+                # (its record is written) and try again with backoff, instead of dying.
+                if ticket:
+                    w.return_ticket()
+                if claim is None and finished is None:
+                    return
+                outage.wait(exc)
+                continue
+            outage.over()
+            finished = None
+            if claim is None:
+                return
+            if job is None:
+                w.return_ticket()
+                if not self._wait_for_work(burst, outage):
+                    return
+                continue
+            finished = self._run(job, execution_id)
+
+    def _run(self, job: ClaimedJob, execution_id: str) -> Finished:
+        w = self.worker
+        self.member = f"{job.job_id}:{execution_id}"
+        w.leases.hold(self.member)
+        w.busy(+1)
+        try:
+            outcome = run_claimed(job, worker=w.name, consumer_lane=w.lane, observer=w.marker)
+        finally:
+            w.busy(-1)
+            w.leases.release(self.member)
+        w.tally(outcome.counted_as)
+        if outcome.retry_at and w.schedule:
+            # Wake for this run's own retry or deferral, not at the next promotion round.
+            w.wake_at(outcome.retry_at)
+        return Finished(job.job_id, self.member, outcome)
+
+    def _wait_for_work(self, burst: bool, outage: RedisOutage) -> bool:
+        """Block on the lane's wake token (one key, not one per tenant; producers arm it).
+        False: stop (burst mode and nothing queued or due)."""
+        w = self.worker
+        try:
+            if burst and w.nothing_due():
+                return False
+            timeout = max(0.05, min(MAX_BLOCK, w.next_promote - time.time())) if w.schedule else MAX_BLOCK
+            w.waiting = True  # a stop signal may end the wait at once
+            try:
+                w.client.blpop([w.keys.wake(w.lane)], timeout)
+            finally:
+                w.waiting = False
+        except redis.RedisError as exc:
+            outage.wait(exc)
+        return True
+
+
+def nothing_due(worker: LaneWorker) -> bool:
+    if not worker.schedule:
+        return True
+    next_due = promote_due(worker.client, worker.keys, worker.lane)
+    if next_due is not None and next_due <= time.time():
+        return False
+    # promote_due may have moved work into the lane; the next claim tells.
+    return not worker.client.exists(worker.keys.ring(worker.lane))
+
+
+def start_threads(worker: LaneWorker, count: int, burst: bool) -> list[tuple[threading.Thread, JobLoop]]:
+    loops = []
+    for number in range(count):
+        loop = JobLoop(worker, upkeep=False)
+        # Daemon threads: a second signal (cold stop) or a recycle must not wait for a stuck one.
+        name = f"kumiko-job-{number + 1}"
+        thread = threading.Thread(target=_thread_main, args=(loop, burst), name=name, daemon=True)
+        thread.start()
+        loops.append((thread, loop))
+    return loops
+
+
+def _thread_main(loop: JobLoop, burst: bool) -> None:
+    from django.db import connections
+
+    try:
+        loop.run(burst)
+    except BaseException:
+        logger.exception("worker %s: a job thread stopped unexpectedly", loop.worker.name)
+        loop.worker.request_recycle("a job thread stopped unexpectedly")
+    finally:
+        connections.close_all()  # this thread's own connections

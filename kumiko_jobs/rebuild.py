@@ -1,0 +1,214 @@
+"""Redis as a rebuildable copy of the run table: runs whose job Redis does not hold are pushed
+again from their records (payload, tenant, attempt, schedule).
+
+Three ways a recorded run can be missing from Redis, and who finds it:
+
+- A run recorded in a caller's transaction whose push after commit never happened (the process
+  died after COMMIT, or Redis was down): its row has no ``pushed_at``; ``push_waiting`` (every
+  few seconds, per lane) pushes it from a tiny partial index.
+- Redis lost its data (a restart without persistence, a failover to an empty replica): the
+  ``<prefix>:epoch`` key is gone with it; the first worker of each lane to notice rebuilds
+  the lane's queued and deferred runs, in batches between jobs (``rebuild_step``).
+- One job hash vanished behind kumiko's back: stale-run repair (repair.py) finds its run
+  unfinished and pushes it again without counting its limits twice.
+
+Every push here is unique (a job id Redis holds is left alone), so these can race each other
+and a late original push without running a job twice. Delivery is at least once: see README.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.db.models import Q
+from rq.utils import as_text
+
+from kumiko_jobs import faults, records
+from kumiko_jobs.conf import get_config
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.definitions import wrapped_job
+from kumiko_jobs.dispatching import prepared_from_meta, record_pushes
+from kumiko_jobs.gates import gates_for
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.keys import Keys
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.pushing import PreparedJob, push
+from kumiko_jobs.registry import registry
+
+logger = logging.getLogger("kumiko_jobs")
+BATCH = 500
+# A run recorded inside a transaction gets this long for its own push after commit.
+OUTBOX_GRACE = 5.0
+ROW_FIELDS = (
+    "id", "job_name", "tenant_id", "status", "attempt", "max_attempts", "lane", "job_id", "trigger_name",
+    "triggered_by", "correlation_id", "payload", "next_attempt_at", "defer_count", "fanout_of",
+    "retry_of", "updated_at", "pushed_at", "subject", "tenant_visible", "fanout_parent",
+)  # fmt: skip
+
+
+def owned_by(keys: Keys) -> Q:
+    """Runs of this QUEUE_PREFIX: every job id it makes starts with its id tag (keys.py)."""
+    return Q(job_id__startswith=f"{keys.id_tag}-")
+
+
+def repush(client: redis.Redis, rows: Sequence[JobRun], *, admit: bool, announce: bool = False) -> int:
+    """Push these runs again from their records; returns how many Redis took. ``admit=False``
+    for runs whose skip limits Redis still counts (one hash lost, not the whole dataset);
+    ``announce`` for runs never pushed before (the outbox), whose job_queued is still due."""
+    prepared = [p for p in (_prepared(row, admit=admit) for row in rows) if p is not None]
+    if not prepared:
+        return 0
+    pushed = push(prepared, client)
+    faults.crash_point("rebuild:after_push")
+    records.safe(record_pushes, prepared, pushed, rows_exist=True, announce=announce)
+    back = [p.row.id for p, o in zip(prepared, pushed, strict=True) if o.status == "queued"]
+    records.safe(records.mark_pushed_again, back, now=datetime.now(UTC))
+    taken = sum(o.status in ("queued", "duplicate") for o in pushed)
+    logger.warning("kumiko_jobs: pushed %d run(s) again from their records", taken)
+    return taken
+
+
+def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
+    target = wrapped_job(row.job_name)
+    definition = registry.find(target or row.job_name)
+    if definition is None:
+        logger.warning("kumiko_jobs: run %s of undeclared job %r stays where it is", row.pk, row.job_name)
+        return None
+    gates = gates_for(definition, row.tenant_id, get_keys(), wrapper=target is not None)
+    meta = JobMeta(
+        run_id=str(row.pk),
+        job_name=row.job_name,
+        lane=definition.lane,
+        tenant_id=row.tenant_id,
+        triggered_by=row.triggered_by,
+        trigger_name=row.trigger_name,
+        correlation_id=row.correlation_id,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        defers=row.defer_count,
+        flow=gates.flow,
+        limit_keys=gates.limit_keys,
+        fanout_of=row.fanout_of,
+        fanout_parent=row.fanout_parent,
+        subject=row.subject,
+        tenant_visible=row.tenant_visible,
+    )
+    now = datetime.now(UTC)
+    delay = (row.next_attempt_at - now).total_seconds() if row.next_attempt_at else 0.0
+    return prepared_from_meta(
+        definition,
+        meta,
+        gates,
+        row.payload,
+        job_id=row.job_id,
+        delay=max(delay, 0.0),
+        unique=True,
+        retry_of=row.retry_of,
+        admit=admit,
+    )
+
+
+def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
+    """The outbox: push committed runs whose own push after commit did not happen (one query on
+    a partial index that holds only such runs; usually empty)."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=OUTBOX_GRACE)
+    rows = list(
+        JobRun.objects.filter(owned_by(keys), pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
+        .filter(queued_at__lt=cutoff)
+        .order_by("queued_at")
+        .only(*ROW_FIELDS)[:BATCH]
+    )
+    # One worker of the lane pushes them (the pushes are unique either way).
+    if not rows or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
+        return 0
+    return repush(client, rows, admit=True, announce=True)
+
+
+@dataclass
+class RebuildState:
+    """Where a lane's rebuild stands, kept in Redis so any worker of the lane can continue it."""
+
+    epoch: str
+    started: datetime
+    status: str
+    after: tuple[datetime, str] | None  # last (updated_at, pk) done
+
+    def encode(self) -> str:
+        after = f"{self.after[0].isoformat()}|{self.after[1]}" if self.after else ""
+        return f"{self.epoch}|{self.started.isoformat()}|{self.status}|{after}"
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> RebuildState:
+        epoch, started, status, *after = as_text(raw).split("|")
+        mark = (datetime.fromisoformat(after[0]), after[1]) if after and after[0] else None
+        return cls(epoch, datetime.fromisoformat(started), status, mark)
+
+
+def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
+    """One batch of a lane's rebuild, if Redis lost its data since the lane was last rebuilt
+    (the epoch key changed or vanished); returns how many runs were pushed. Cheap otherwise:
+    one MGET."""
+    epoch_raw, done_raw, state_raw = client.mget(keys.epoch, keys.rebuilt(lane), keys.rebuild_state(lane))
+    if epoch_raw is None:
+        client.set(keys.epoch, uuid.uuid4().hex, nx=True)
+        epoch_raw = client.get(keys.epoch)
+        if epoch_raw is None:
+            return 0
+    epoch = as_text(epoch_raw)
+    if done_raw is not None and as_text(done_raw) == epoch:
+        return 0
+    if not client.set(keys.rebuild_lock(lane), "1", nx=True, px=30_000):
+        return 0  # another worker of the lane is on it
+    try:
+        state = RebuildState.decode(state_raw) if state_raw else None
+        if state is None or state.epoch != epoch:
+            # Runs recorded from now on reach this Redis through their own push; older ones
+            # may have been lost with the old dataset.
+            state = RebuildState(epoch, datetime.now(UTC), RunStatus.QUEUED, None)
+            client.set(keys.rebuild_state(lane), state.encode())
+            logger.warning("kumiko_jobs: Redis lost its data (new epoch); rebuilding lane %s", lane)
+        # Pushes in flight when the loss was noticed land or time out within REDIS_TIMEOUT:
+        # wait that long, so a row whose push is still on its way is not pushed a second time.
+        settle = timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
+        if datetime.now(UTC) < state.started + settle:
+            return 0
+        pushed = _rebuild_batch(client, keys, lane, state)
+        if state.status == "":
+            client.set(keys.rebuilt(lane), epoch)
+            client.delete(keys.rebuild_state(lane))
+            logger.warning("kumiko_jobs: lane %s rebuilt from records", lane)
+        else:
+            client.set(keys.rebuild_state(lane), state.encode())
+        return pushed
+    finally:
+        client.delete(keys.rebuild_lock(lane))
+
+
+def _rebuild_batch(client: redis.Redis, keys: Keys, lane: str, state: RebuildState) -> int:
+    rows_query = JobRun.objects.filter(owned_by(keys), lane=lane, status=state.status)
+    rows_query = rows_query.filter(updated_at__lt=state.started)
+    if state.after:
+        stamp, pk = state.after
+        rows_query = rows_query.filter(Q(updated_at__gt=stamp) | Q(updated_at=stamp, pk__gt=pk))
+    rows = list(rows_query.order_by("updated_at", "pk").only(*ROW_FIELDS)[:BATCH])
+    if len(rows) < BATCH:
+        # This status is done: queued, then deferred; running runs are left to repair, which
+        # waits for live workers' heartbeats to show who is still running what.
+        state.status = RunStatus.DEFERRED if state.status == RunStatus.QUEUED else ""
+        state.after = None
+    else:
+        state.after = (rows[-1].updated_at, str(rows[-1].pk))
+    missing = missing_from_redis(client, keys, rows)
+    return repush(client, missing, admit=True) if missing else 0
+
+
+def missing_from_redis(client: redis.Redis, keys: Keys, rows: Sequence[JobRun]) -> list[JobRun]:
+    pipe = client.pipeline(transaction=False)
+    for row in rows:
+        pipe.exists(keys.job(row.job_id))
+    return [row for row, exists in zip(rows, pipe.execute(), strict=True) if not exists]

@@ -1,0 +1,165 @@
+"""``runjobs --processes P``: run P worker processes of a lane and keep them running.
+
+Each child is ``runjobs`` with the same arguments (its own ``--threads``, ``--max-jobs``)
+minus the supervisor's. A child that exits is replaced: at once after a clean exit (``--max-jobs``
+recycling, a memory recycle, EXIT_RECYCLE), with backoff after a crash; children that keep dying
+within STARTUP_WINDOW of their start make the supervisor stop everything and exit 1, since a
+broken deploy must not spin. SIGTERM/SIGINT are forwarded to every child (each finishes its
+running jobs); a second signal kills them. ``--max-memory MB`` recycles a child whose resident
+memory exceeds MB (SIGTERM: it finishes its jobs first).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+
+logger = logging.getLogger("kumiko_jobs.worker")
+POLL = 0.2
+STARTUP_WINDOW = 10.0
+MAX_STARTUP_FAILURES = 5
+MAX_BACKOFF = 30.0
+MEMORY_CHECK_INTERVAL = 5.0
+_OWN_OPTIONS = {"--processes": True, "--max-memory": True}  # option -> takes a value
+
+
+@dataclass
+class Child:
+    slot: int
+    proc: subprocess.Popen[bytes]
+    started: float
+    failures: int = 0  # consecutive exits within STARTUP_WINDOW
+    restart_at: float | None = None
+    recycling: bool = field(default=False)
+
+
+def child_command(argv: list[str], slot: int) -> list[str]:
+    """The interpreter's own command line without the supervisor's options, with a name per
+    slot (so a restarted child is recognisable in logs and dashboards)."""
+    args, skip, name = [], False, None
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        option = arg.split("=", 1)[0]
+        if option in _OWN_OPTIONS:
+            skip = "=" not in arg and _OWN_OPTIONS[option]
+            continue
+        args.append(arg)
+    if "--name" in args:
+        index = args.index("--name")
+        name = args[index + 1]
+        del args[index : index + 2]
+    base = name or f"{os.uname().nodename}-{os.getpid()}"
+    return [sys.executable, *args, "--name", f"{base}-p{slot}"]
+
+
+class Supervisor:
+    def __init__(self, processes: int, argv: list[str], *, max_memory_mb: int | None, burst: bool) -> None:
+        self.processes = processes
+        self.argv = argv
+        self.max_memory = max_memory_mb * 1024 * 1024 if max_memory_mb else None
+        self.burst = burst
+        self.children: list[Child] = []
+        self.stopping = False
+        self.failed = ""
+        self._next_memory_check = 0.0
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        self.children = [self._start(slot) for slot in range(1, self.processes + 1)]
+        logger.info("supervisor (pid %d) runs %d worker processes", os.getpid(), self.processes)
+        while self.children:
+            time.sleep(POLL)
+            self._tend()
+        if self.failed:
+            logger.error("supervisor stops: %s", self.failed)
+            return 1
+        return 0
+
+    def _start(self, slot: int, failures: int = 0) -> Child:
+        # Our own interpreter and command line: nothing here comes from outside the process.
+        proc = subprocess.Popen(child_command(self.argv, slot), start_new_session=True)  # noqa: S603
+        return Child(slot, proc, time.monotonic(), failures)
+
+    def _tend(self) -> None:
+        now = time.monotonic()
+        for child in list(self.children):
+            if child.restart_at is not None:
+                if now >= child.restart_at and not self.stopping:
+                    self.children[self.children.index(child)] = self._start(child.slot, child.failures)
+                continue
+            code = child.proc.poll()
+            if code is None:
+                continue
+            self._exited(child, code, now)
+        if self.max_memory and now >= self._next_memory_check:
+            self._next_memory_check = now + MEMORY_CHECK_INTERVAL
+            self._recycle_large()
+
+    def _exited(self, child: Child, code: int, now: float) -> None:
+        if self.stopping or (self.burst and code == 0):
+            self.children.remove(child)
+            return
+        quick = now - child.started < STARTUP_WINDOW
+        failures = child.failures + 1 if code != 0 and quick else 0
+        if failures >= MAX_STARTUP_FAILURES:
+            self.failed = (
+                f"worker process {child.slot} died {failures} times within {STARTUP_WINDOW:g}s "
+                f"of its start (last exit {code})"
+            )
+            self._stop_all(signal.SIGTERM)
+            self.children.remove(child)
+            return
+        delay = 0.0 if code == 0 or not quick else min(2.0 ** (failures - 1), MAX_BACKOFF)
+        log = logger.info if code == 0 else logger.warning
+        log("worker process %d (pid %d) exited %d; restarting it%s", child.slot, child.proc.pid, code,
+            f" in {delay:g}s" if delay else "")  # fmt: skip
+        child.failures, child.restart_at = failures, now + delay
+
+    def _recycle_large(self) -> None:
+        for child in self.children:
+            if child.restart_at is None and not child.recycling and self.max_memory:
+                rss = _resident_bytes(child.proc.pid)
+                if rss is not None and rss > self.max_memory:
+                    logger.warning("worker process %d uses %d MB; recycling it", child.slot, rss // 2**20)
+                    child.recycling = True
+                    child.proc.send_signal(signal.SIGTERM)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            logger.warning("supervisor: second %s: killing the worker processes", signal.Signals(signum).name)
+            self._stop_all(signal.SIGKILL)
+            return
+        self.stopping = True
+        logger.info("supervisor: %s received: stopping the worker processes", signal.Signals(signum).name)
+        self._stop_all(signal.SIGTERM)
+        self.children = [c for c in self.children if c.restart_at is None]
+
+    def _stop_all(self, signum: int) -> None:
+        self.stopping = True
+        for child in self.children:
+            if child.restart_at is None and child.proc.poll() is None:
+                child.proc.send_signal(signum)
+
+
+def _resident_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def supervise(processes: int, argv: list[str], *, max_memory_mb: int | None, burst: bool) -> int:
+    return Supervisor(processes, argv, max_memory_mb=max_memory_mb, burst=burst).run()

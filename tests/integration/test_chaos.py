@@ -1,0 +1,238 @@
+"""Chaos: SIGKILLed workers, a Redis restart that loses everything, processes killed between
+COMMIT and push, a reaper killed mid-recovery, poison jobs. Each test prints its figures (lost,
+duplicated executions, wrong final states, recovery time) and requires 0 lost and 0 wrong."""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.db import transaction
+
+from kumiko_jobs import QueueUnavailable, dispatch
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.models import JobRun, RunStatus
+from tests.integration.chaos import ABANDON_AFTER, CHAOS_ENV, Ledger, figures_of
+from tests.integration.redis_servers import RedisServer, free_port
+from tests.integration.support import REPO_ROOT, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "ledger.txt")
+
+
+@pytest.fixture
+def chaos_workers(start_worker: Any, ledger: Ledger) -> Any:
+    """``start_worker`` with the short lease and the ledger."""
+    chaos_env = {**CHAOS_ENV, "KUMIKO_CHAOS_LEDGER": str(ledger.path)}
+
+    def start(lane: str = "worker", *args: str, env: dict[str, str] | None = None, wait: bool = True) -> Any:
+        return start_worker(lane, *args, env={**chaos_env, **(env or {})}, wait=wait)
+
+    return start
+
+
+def dispatch_many(count: int, ms: float = 5.0, **options: Any) -> list[str]:
+    with transaction.atomic():
+        return [str(dispatch("tests.chaos_work", {"i": i, "ms": ms}, **options).run_id) for i in range(count)]
+
+
+def test_sigkill_loop_loses_nothing_and_recovers_within_the_lease(
+    chaos_workers: Any, ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(8)
+    run_ids = dispatch_many(1000, ms=20)
+    workers = [chaos_workers() for _ in range(3)]
+    kills: list[float] = []
+    for _ in range(6):
+        time.sleep(rng.uniform(0.8, 1.6))
+        victim = workers.pop(rng.randrange(len(workers)))
+        victim.kill_group()
+        kills.append(time.time())
+        workers.append(chaos_workers())
+    figures = figures_of("sigkill loop (3 workers, 6 kills, 1000 jobs of 20 ms)", run_ids, ledger, 120)
+    # Recovery: a run whose execution a kill interrupted starts again within the lease + 10 s.
+    lines = ledger.lines()
+    ends = {(run_id, pid) for event, run_id, _a, pid, _t in lines if event == "end"}
+    interrupted = [
+        (run_id, at) for event, run_id, _a, pid, at in lines if event == "start" and (run_id, pid) not in ends
+    ]
+    recoveries = []
+    for run_id, at in interrupted:
+        later = [t for event, r, _a, _p, t in lines if event == "start" and r == run_id and t > at]
+        recoveries.append(min(later) - at if later else float("inf"))
+    figures.extra.update(
+        kills=len(kills), interrupted=len(interrupted), max_recovery_s=round(max(recoveries, default=0), 1)
+    )
+    figures.report(capsys)
+    assert (figures.lost, figures.wrong_final) == (0, 0)
+    assert max(recoveries, default=0) <= ABANDON_AFTER + 10
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path, settings: Any) -> Any:
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def start() -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{time.monotonic_ns()}", f"port {port}\n")
+        server.wait_ready(redis.Redis.from_url(url))
+        return server
+
+    servers = [start()]
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_URL": url, "REDIS_TIMEOUT": 1.0}
+
+    class Private:
+        def restart_empty(self) -> float:
+            """SHUTDOWN NOSAVE, then a fresh server on the same port; returns the downtime."""
+            began = time.monotonic()
+            try:
+                redis.Redis.from_url(url).shutdown(nosave=True)
+            except redis.ConnectionError:
+                pass  # SHUTDOWN closes the connection before it answers
+            servers[-1].proc.wait(10)
+            time.sleep(1.0)
+            servers.append(start())
+            return time.monotonic() - began
+
+    yield url, Private()
+    for server in servers:
+        server.stop()
+
+
+def test_redis_restart_without_persistence_under_load_loses_nothing(
+    chaos_workers: Any, ledger: Ledger, private_redis: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, server = private_redis
+    env = {"KUMIKO_REDIS_URL": url}
+    workers = [chaos_workers(env=env, wait=False) for _ in range(2)]
+    accepted: list[str] = []
+    refused = 0
+    downtime: list[float] = []
+    restart = threading.Thread(target=lambda: downtime.append(server.restart_empty()))
+    i = 0
+    while len(accepted) < 1000:  # a caller whose dispatch was refused tries again
+        i += 1
+        if i == 300:  # a backlog is queued (10 ms jobs, 2 workers): it is lost with Redis' memory
+            restart.start()
+        try:
+            if i % 2:
+                with transaction.atomic():  # committed rows wait for Redis: never refused
+                    accepted.append(str(dispatch("tests.chaos_work", {"i": i, "ms": 10}).run_id))
+            else:
+                accepted.append(str(dispatch("tests.chaos_work", {"i": i, "ms": 10}).run_id))
+        except QueueUnavailable:
+            refused += 1  # Redis was down: dispatch said so and recorded nothing
+        time.sleep(0.003)
+    restart.join()
+    figures = figures_of("redis SHUTDOWN NOSAVE + restart under load", accepted, ledger, 120)
+    repushed = sum(int(n) for w in workers for n in re.findall(r"pushed (\d+) run\(s\) again", w.output()))
+    figures.extra.update(refused_while_down=refused, downtime_s=round(downtime[0], 1), pushed_again=repushed)
+    figures.report(capsys)
+    assert all(worker.proc.poll() is None for worker in workers), "a worker died of the outage"
+    assert (figures.lost, figures.wrong_final) == (0, 0)
+    assert refused > 0 and repushed > 0  # the outage hit dispatches, and Redis lost queued runs
+
+
+CRASHING_DISPATCH = """
+from django.db import transaction
+from kumiko_jobs import dispatch
+with transaction.atomic():
+    for i in range({count}):
+        dispatch("tests.chaos_work", {{"i": i, "ms": 1}})
+print("committed", flush=True)
+"""
+
+
+def test_processes_killed_between_commit_and_push_lose_nothing(
+    chaos_workers: Any, ledger: Ledger, worker_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    chaos_workers()
+    killed = 0
+    for _ in range(4):  # 4 processes x 250 runs, each killed right after its COMMIT
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", CRASHING_DISPATCH.format(count=250)],
+            cwd=REPO_ROOT, env={**worker_env, "KUMIKO_CRASH_AT": "dispatch:after_commit"},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        killed += done.returncode == -signal.SIGKILL
+    run_ids = [
+        str(pk) for pk in JobRun.objects.filter(job_name="tests.chaos_work").values_list("pk", flat=True)
+    ]
+    figures = figures_of("SIGKILL between COMMIT and push (4 x 250)", run_ids, ledger, 90)
+    figures.extra.update(processes_killed=killed)
+    figures.report(capsys)
+    assert killed == 4 and len(run_ids) == 1000
+    assert (figures.lost, figures.wrong_final) == (0, 0)
+
+
+def test_reaper_killed_after_its_record_write_loses_nothing(
+    chaos_workers: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = dispatch("tests.hang_first", {"seconds": 60})
+    holder = chaos_workers()
+    wait_until(
+        lambda: JobRun.objects.filter(pk=result.run_id, status=RunStatus.RUNNING).exists(), 15, "start"
+    )
+    holder.kill_group()
+    reaper = chaos_workers(env={"KUMIKO_CRASH_AT": "reap:after_record"}, wait=False)
+    code = reaper.wait(timeout=30)
+    survivor = chaos_workers()
+    run = wait_until(
+        lambda: JobRun.objects.filter(pk=result.run_id, status=RunStatus.SUCCEEDED).first(), 30, "retry"
+    )
+    print_figures = {"reaper_exit": code, "attempt": run.attempt}
+    with capsys.disabled():
+        print(f"\nchaos reaper killed mid-recovery {print_figures}")
+    assert code == -signal.SIGKILL
+    assert run.attempt == 2 and survivor.proc.poll() is None
+
+
+def test_poison_jobs_and_wrong_typed_keys_do_not_stop_the_workers(
+    chaos_workers: Any,
+    ledger: Ledger,
+    redis_client: Any,
+    tenants: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    keys = get_keys()
+    bad_meta = f"{keys.id_tag}-bad-meta"
+    redis_client.hset(
+        keys.job(bad_meta),
+        mapping={
+            "data": b"x",
+            "meta": '{"run": "not-a-uuid", "job": "x", "lane": "worker"}',
+            "kumiko_flow": "t|",
+        },
+    )
+    redis_client.rpush(keys.flow("worker", "t|"), bad_meta)
+    redis_client.lpush(keys.ring("worker"), "t|")
+    redis_client.hset(keys.flow_states("worker"), "t|", "r")
+    # A flow key someone overwrote with a string, holding the ring's attention.
+    broken_flow = f"t|{tenants[2].pk}"
+    redis_client.set(keys.flow("worker", broken_flow), "not a list")
+    redis_client.lpush(keys.ring("worker"), broken_flow)
+    redis_client.hset(keys.flow_states("worker"), broken_flow, "r")
+    workers = [chaos_workers() for _ in range(2)]
+    run_ids = [str(dispatch("tests.chaos_work", {"i": i}, tenant=tenants[i % 2]).run_id) for i in range(50)]
+    figures = figures_of("poison jobs and wrong-typed keys", run_ids, ledger, 60)
+    figures.extra.update(
+        broken_flows=sorted(m.decode() for m in redis_client.smembers(keys.broken_flows("worker"))),
+        poison_failed=redis_client.zscore(keys.failed("worker"), bad_meta) is not None,
+    )
+    figures.report(capsys)
+    assert all(worker.proc.poll() is None for worker in workers)
+    assert (figures.lost, figures.wrong_final) == (0, 0)
+    assert figures.extra["broken_flows"] == [broken_flow] and figures.extra["poison_failed"]

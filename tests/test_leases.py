@@ -1,0 +1,84 @@
+"""Leases and the reaper (leases.py): crash-safe at every step, and never re-running a run whose
+worker recorded its outcome before dying."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.lane import Claim, Finished, finish_and_claim
+from kumiko_jobs.leases import _outcome_of_abandoned, reap
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.outcomes import Outcome, Release
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claim_expired() -> Any:
+    """A worker claims a job and dies: its lease has already run out."""
+    job = finish_and_claim(get_redis(), get_keys(), "worker", claim=Claim("dead", "x", time.time() - 1))
+    assert job is not None
+    return job
+
+
+def test_reaper_that_dies_after_the_record_leaves_the_run_for_the_next(traces: Any) -> None:
+    result = dispatch("tests.record", {"n": 1})
+    job = claim_expired()
+    # A reaper writes the retry record, then dies before the reap script (the crash point).
+    _outcome_of_abandoned(job.job_id, JobMeta.from_json(job.meta_raw))
+    started = get_keys().started("worker")
+    assert get_redis().zcard(started) == 1  # still registered: nobody lost it
+    assert reap(get_redis(), get_keys(), "worker", "next-reaper") == 1
+    assert get_redis().zcard(started) == 0
+    assert drain() == {"succeeded": 1}
+    run = JobRun.objects.get(pk=result.run_id)
+    assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 2)
+    assert len(traces("record")) == 1
+
+
+def test_recorded_outcome_is_told_to_redis_not_run_again(traces: Any, redis_client: Any) -> None:
+    result = dispatch("tests.record", {"n": 1})
+    job = claim_expired()
+    # The worker wrote "succeeded", then died before its finish reached Redis.
+    JobRun.objects.filter(pk=result.run_id).update(
+        status=RunStatus.SUCCEEDED, finished_at="2026-01-01T00:00Z"
+    )
+    assert reap(redis_client, get_keys(), "worker", "reaper") == 1
+    assert not redis_client.exists(get_keys().job(job.job_id))  # succeeded: gone (RESULT_TTL 0)
+    assert redis_client.zcard(get_keys().started("worker")) == 0
+    assert drain() == {}
+    assert traces("record") == []
+
+
+def test_a_worker_that_lost_its_lease_cannot_finish_the_run_again(redis_client: Any) -> None:
+    result = dispatch("tests.limited", {}, tenant=None)
+    job = claim_expired()
+    reap(redis_client, get_keys(), "worker", "reaper")  # back in its flow, attempt 2
+    meta = JobMeta.from_json(job.meta_raw)
+    stale = Outcome("ok", "succeeded", Release(meta.flow, meta.limit_keys), ttl=60)
+    # The stalled worker wakes up and reports success with its old lease member.
+    finish_and_claim(redis_client, get_keys(), "worker", Finished(job.job_id, f"{job.job_id}:x", stale))
+    assert redis_client.hget(get_keys().job(job.job_id), "status") == b"queued"
+    assert drain() == {"succeeded": 1}
+    assert JobRun.objects.get(pk=result.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_lost_hash_of_an_abandoned_run_gives_back_its_cap_slot(tenants: list[Any], redis_client: Any) -> None:
+    tenant = str(tenants[0].pk)
+    runs = [dispatch("tests.capped", {"i": i}, tenant=tenant) for i in range(3)]  # cap 2 per tenant
+    claim_expired()
+    second = finish_and_claim(redis_client, get_keys(), "worker", claim=Claim("w", "y", time.time() + 60))
+    assert second is not None
+    redis_client.delete(get_keys().job(runs[0].job_id))  # the dead worker's job vanished
+    assert (
+        finish_and_claim(redis_client, get_keys(), "worker", claim=Claim("w", "z", time.time() + 60)) is None
+    )
+    reap(redis_client, get_keys(), "worker", "reaper")
+    third = finish_and_claim(redis_client, get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
+    assert third is not None and third.job_id == runs[2].job_id  # the slot came back

@@ -1,0 +1,91 @@
+"""Redis as a rebuildable copy of the run table (rebuild.py): committed runs whose push never
+happened, and lanes whose Redis lost its data, are pushed again from their records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.rebuild import push_waiting, rebuild_step
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+DEAD_REDIS = "redis://127.0.0.1:1/0"
+
+
+def _age(**filters: Any) -> None:
+    past = timezone.now() - timedelta(minutes=5)
+    JobRun.objects.filter(**filters).update(queued_at=past, updated_at=past)
+
+
+def test_redis_down_at_commit_leaves_the_runs_waiting_and_the_outbox_pushes_them(
+    settings: Any, redis_client: Any, traces: Any, tenants: list[Any]
+) -> None:
+    real = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**real, "REDIS_URL": DEAD_REDIS, "REDIS_TIMEOUT": 0.2}
+    with transaction.atomic():  # neither dispatch may raise out of the caller's atomic()
+        first = dispatch("tests.record", {"n": 1}, tenant=tenants[0])
+        second = dispatch("tests.record", {"n": 2}, tenant=tenants[1])
+    settings.KUMIKO_JOBS = real
+    rows = JobRun.objects.filter(pk__in=[first.run_id, second.run_id])
+    assert {(r.status, r.pushed_at) for r in rows} == {(RunStatus.QUEUED, None)}
+    assert push_waiting(redis_client, get_keys(), "worker") == 0  # within their grace
+    _age(pk__in=[first.run_id, second.run_id])
+    assert push_waiting(redis_client, get_keys(), "worker") == 2
+    assert drain() == {"succeeded": 2}
+    assert sorted(e["payload"]["n"] for e in traces("record")) == [1, 2]
+    assert all(r.pushed_at is not None for r in rows.all())
+
+
+def test_a_commit_whose_push_already_happened_is_only_marked(redis_client: Any, traces: Any) -> None:
+    with transaction.atomic():
+        result = dispatch("tests.record", {"n": 1})
+    # The push after commit happened, but its "pushed" mark was lost (a crash right after it).
+    JobRun.objects.filter(pk=result.run_id).update(pushed_at=None)
+    _age(pk=result.run_id)
+    assert push_waiting(redis_client, get_keys(), "worker") == 1  # Redis holds it: only marked
+    assert drain() == {"succeeded": 1}
+    assert len(traces("record")) == 1
+
+
+def test_lane_is_rebuilt_from_records_after_redis_lost_its_data(
+    redis_client: Any, traces: Any, tenants: list[Any], kumiko_prefix: str
+) -> None:
+    keys = get_keys()
+    assert rebuild_step(redis_client, keys, "worker") == 0  # first start: epoch set, nothing lost
+    now_runs = [dispatch("tests.limited", {"n": n}, tenant=tenants[0]) for n in range(3)]
+    later = dispatch("tests.record", {"n": "later"}, delay=3600)
+    deferred = dispatch("tests.record", {"n": "deferred"})
+    JobRun.objects.filter(pk=deferred.run_id).update(
+        status=RunStatus.DEFERRED, next_attempt_at=timezone.now() + timedelta(hours=1)
+    )
+    JobRun.objects.update(updated_at=timezone.now() - timedelta(minutes=5))
+    # Redis restarts empty: every key of the deployment is gone, limits and epoch included.
+    redis_client.delete(*redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
+    assert rebuild_step(redis_client, keys, "worker") == 0  # noticed: waits for pushes in flight
+    state = redis_client.get(keys.rebuild_state("worker"))
+    assert state is not None
+    past = (timezone.now() - timedelta(seconds=30)).isoformat()
+    epoch, _started, rest = state.decode().split("|", 2)
+    redis_client.set(keys.rebuild_state("worker"), f"{epoch}|{past}|{rest}")  # that time has passed
+    pushed = 0
+    for _ in range(10):
+        pushed += rebuild_step(redis_client, keys, "worker")
+    assert pushed == 5
+    assert redis_client.get(keys.rebuilt("worker")) == redis_client.get(keys.epoch)
+    # The limit of tests.limited (3 per tenant) is counted again: a fourth is refused.
+    assert dispatch("tests.limited", {}, tenant=tenants[0]).status == "skipped"
+    assert drain(timeout=0.5) == {"succeeded": 3}
+    assert sorted(e["payload"]["n"] for e in traces("limited_start")) == [0, 1, 2]
+    scheduled = redis_client.zscore(keys.scheduled("worker"), later.job_id)
+    assert scheduled is not None and scheduled > timezone.now().timestamp() + 3000
+    assert redis_client.zscore(keys.scheduled("worker"), deferred.job_id) is not None
+    assert [JobRun.objects.get(pk=r.run_id).status for r in now_runs] == [RunStatus.SUCCEEDED] * 3
+    assert rebuild_step(redis_client, keys, "worker") == 0  # done for this epoch

@@ -1,0 +1,69 @@
+"""Run record writes (records.py): one row per run, whatever the race, and never a dead worker."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from kumiko_jobs import records
+from kumiko_jobs.dispatching import prepare
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.registry import registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _prepared() -> Any:
+    return prepare(registry.get("tests.record"), {}, tenant_id=None, user_id=None)
+
+
+def meta_of(prepared: Any) -> JobMeta:
+    raw = dict(zip(prepared.fields[::2], prepared.fields[1::2], strict=True))["meta"]
+    return JobMeta.from_json(raw)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a second connection racing needs PostgreSQL")
+def test_a_worker_recording_a_start_while_the_dispatchers_insert_commits_writes_one_row() -> None:
+    prepared = _prepared()
+    inserted, release = threading.Event(), threading.Event()
+
+    def dispatcher() -> None:
+        with transaction.atomic():
+            records.insert_queued([prepared.row])
+            inserted.set()
+            release.wait(5)  # holds the uncommitted row while the worker writes
+        connection.close()
+
+    thread = threading.Thread(target=dispatcher)
+    thread.start()
+    assert inserted.wait(5)
+    threading.Timer(0.3, release.set).start()
+    now = datetime.now(UTC)
+    records.mark_running(meta=meta_of(prepared), job_id=prepared.job_id, payload={}, worker="w1", now=now)
+    thread.join()
+    run = JobRun.objects.get(job_id=prepared.job_id)
+    assert (run.status, run.worker, run.started_at) == (RunStatus.RUNNING, "w1", now)
+
+
+def test_an_outcome_for_a_run_without_a_row_creates_it_once() -> None:
+    prepared = _prepared()
+    meta = meta_of(prepared)
+    start = records.Started(job_id=prepared.job_id, payload={}, worker="w1", at=datetime.now(UTC))
+    records.mark_succeeded(meta=meta, now=datetime.now(UTC), logs=[{"msg": "done"}], started=start)
+    records.insert_queued([prepared.row])  # the dispatcher's insert, late: changes nothing
+    [run] = JobRun.objects.filter(job_id=prepared.job_id)
+    assert (run.status, run.worker, run.logs) == (RunStatus.SUCCEEDED, "w1", [{"msg": "done"}])
+
+
+def test_safe_never_raises_and_says_whether_the_write_happened(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> None:
+        raise ValueError("badly formed value")
+
+    assert records.safe(broken) is False
+    assert "run record write broken failed" in caplog.text
+    assert records.safe(records.mark_pushed, [], now=datetime.now(UTC)) is True
