@@ -37,3 +37,23 @@ def test_short_and_long_runs_announce_their_start_once_before_their_outcome(
         sent = by_run[str(result.run_id)]
         assert [name for name, _ in sent] == ["job_queued", "job_started", "job_succeeded"]
         assert {pid for name, pid in sent if name != "job_queued"} == {worker.pid}
+
+
+def test_a_workers_outcome_counts_reach_redis_within_a_second_of_going_idle(
+    start_worker: StartWorker, tenants: list[Any], redis_client: redis.Redis, wait_for_run: Any
+) -> None:
+    from kumiko_jobs import lane_stats
+    from kumiko_jobs.connection import get_keys
+
+    start_worker("worker")
+    runs = [dispatch("tests.record", {"n": n}, tenant=tenants[n % 2]) for n in range(6)]
+    for run in runs:
+        wait_for_run(run.run_id)
+
+    def counted() -> int:
+        return lane_stats.hourly(redis_client, get_keys(), "worker")[-1].get("succeeded")
+
+    # No further job comes: the idle worker's next claim (at most every second) carries the tally.
+    assert wait_until(lambda: counted() == 6, 5, "six succeeded runs counted")
+    per_tenant = lane_stats.tenant_outcomes(redis_client, get_keys(), [str(t.pk) for t in tenants[:2]])
+    assert [per_tenant[str(t.pk)]["succeeded"] for t in tenants[:2]] == [3, 3]
