@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from itertools import islice
 from typing import TypeVar
 
@@ -460,6 +461,7 @@ def _fan_out_once(env: BenchEnv, tenants: int) -> float:
     from kumiko_jobs.fanout import run_fan_out
     from kumiko_jobs.jobdata import JobMeta
     from kumiko_jobs.models import JobRun
+    from kumiko_jobs.records import Started
 
     wrapper = dispatch("bench.fanned", {})
     if wrapper.job_id is None:
@@ -471,7 +473,8 @@ def _fan_out_once(env: BenchEnv, tenants: int) -> float:
     os.environ[FANOUT_TENANTS_ENV] = str(tenants)
     try:
         started = time.perf_counter()
-        outcome = run_fan_out(wrapper.job_id, meta, {}, "bench.fanned", worker=f"{env.prefix}_fanout")
+        start = Started(str(wrapper.job_id), {}, f"{env.prefix}_fanout", datetime.now(UTC))
+        outcome = run_fan_out(meta, start, "bench.fanned")
         seconds = time.perf_counter() - started
     finally:
         del os.environ[FANOUT_TENANTS_ENV]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from kumiko_jobs import outcomes
+from kumiko_jobs import outcomes, records
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.flows import cap_of
@@ -23,7 +23,9 @@ from kumiko_jobs.outcomes import Outcome
 MAX_DELAY_MS = 60_000
 
 
-def defer_over_lowered_cap(definition: JobDefinition, job_id: str, meta: JobMeta) -> Outcome | None:
+def defer_over_lowered_cap(
+    definition: JobDefinition, meta: JobMeta, start: records.Started
+) -> Outcome | None:
     flow = gates_for(definition, meta.tenant_id, get_keys()).flow
     capped = cap_of(flow) if flow != meta.flow else None
     if capped is None:
@@ -42,8 +44,8 @@ def defer_over_lowered_cap(definition: JobDefinition, job_id: str, meta: JobMeta
     }
     return outcomes.held_back(
         definition,
-        job_id,
         meta,
+        start,
         delay_ms=fallback_delay_ms(defer_ms, meta.cap_defers),
         line=line,
         cap_defers=meta.cap_defers + 1,

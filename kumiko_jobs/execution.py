@@ -61,16 +61,16 @@ def run_claimed(
         payload = decode_payload(job.data)
     except MalformedJob as exc:
         return outcomes.malformed(job.job_id, meta.run_id, exc, outcomes.release_of(None, meta))
+    start = records.Started(job_id=job.job_id, payload=payload, worker=worker, at=datetime.now(UTC))
     target = wrapped_job(meta.job_name)
     if target is not None:
-        return run_fan_out(job.job_id, meta, payload, target, worker=worker)
+        return run_fan_out(meta, start, target)
     definition = registry.find(meta.job_name)
     if definition is None:
-        return outcomes.unknown_job(job.job_id, meta, meta.job_name)
-    held_back = defer_over_lowered_cap(definition, job.job_id, meta)
+        return outcomes.unknown_job(meta, meta.job_name, start)
+    held_back = defer_over_lowered_cap(definition, meta, start)
     if held_back is not None:
         return held_back
-    start = records.Started(job_id=job.job_id, payload=payload, worker=worker, at=datetime.now(UTC))
     observer = observer or RecordStartAtOnce()
     observer.started(meta, start)
     return execute(

@@ -53,14 +53,16 @@ def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def run_fan_out(job_id: str, meta: JobMeta, payload: dict[str, Any], target: str, *, worker: str) -> Outcome:
-    """Enqueue one run of job ``target`` per active tenant for the wrapper run ``job_id``."""
+def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
+    """Enqueue one run of job ``target`` per active tenant for the wrapper run ``start.job_id``."""
     definition = registry.find(target)
     if definition is None:
         # A newer deploy's job reaching an older worker gets the same grace as any unknown job.
-        return outcomes.unknown_job(job_id, meta, target)
-    now = datetime.now(UTC)
-    records.safe(records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=worker, now=now)
+        return outcomes.unknown_job(meta, target, start)
+    job_id, payload = start.job_id, dict(start.payload)
+    records.safe(
+        records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=start.worker, now=start.at
+    )
     run_events.started(meta, job_id)
     try:
         total = 0

@@ -219,12 +219,19 @@ def _record_tenant_failure(
 
 
 def held_back(
-    definition: JobDefinition, job_id: str, meta: JobMeta, *, delay_ms: int, line: LogLine, cap_defers: int
+    definition: JobDefinition,
+    meta: JobMeta,
+    start: records.Started,
+    *,
+    delay_ms: int,
+    line: LogLine,
+    cap_defers: int,
 ) -> Outcome:
     """Put the run back without an attempt (over a cap lowered since it was queued)."""
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
-    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    job_id = start.job_id
+    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
     run_events.attempt_ended(meta, job_id, "requeued")
     next_meta = dataclasses.replace(meta, cap_defers=cap_defers)
     return Outcome(
@@ -236,8 +243,9 @@ def held_back(
     )
 
 
-def unknown_job(job_id: str, meta: JobMeta, job_name: str) -> Outcome:
+def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome:
     """A name this deploy does not know: retry for a grace period (rolling deploy), then fail."""
+    job_id = start.job_id
     config = get_config()
     now = datetime.now(UTC)
     first_seen = meta.unknown_since or now.timestamp()
@@ -250,7 +258,7 @@ def unknown_job(job_id: str, meta: JobMeta, job_name: str) -> Outcome:
     )
     line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
     next_at = now + timedelta(seconds=delay)
-    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line])
+    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
     run_events.attempt_ended(meta, job_id, "requeued", error=message)
     next_meta = dataclasses.replace(meta, unknown_since=first_seen)
     return Outcome(

@@ -171,7 +171,11 @@ def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
             # may have been lost with the old dataset.
             state = RebuildState(epoch, datetime.now(UTC), RunStatus.QUEUED, None)
             client.set(keys.rebuild_state(lane), state.encode())
-            logger.warning("kumiko_jobs: Redis lost its data (new epoch); rebuilding lane %s", lane)
+            logger.warning(
+                "kumiko_jobs: no epoch for this Redis: it is new or lost its data; checking lane %s's "
+                "unfinished runs against it",
+                lane,
+            )
         # Pushes in flight when the loss was noticed land or time out within REDIS_TIMEOUT:
         # wait that long, so a row whose push is still on its way is not pushed a second time.
         settle = timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
@@ -181,7 +185,7 @@ def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
         if state.status == "":
             client.set(keys.rebuilt(lane), epoch)
             client.delete(keys.rebuild_state(lane))
-            logger.warning("kumiko_jobs: lane %s rebuilt from records", lane)
+            logger.warning("kumiko_jobs: lane %s checked: runs Redis had lost were pushed again", lane)
         else:
             client.set(keys.rebuild_state(lane), state.encode())
         return pushed

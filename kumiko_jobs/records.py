@@ -224,16 +224,29 @@ def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
     update_run(meta.run_id, **values)
 
 
-def mark_requeued(*, meta: JobMeta, now: datetime, next_at: datetime | None, logs: list[LogLine]) -> None:
-    """Back to queued without consuming an attempt (unknown job during a deploy, lost worker)."""
-    JobRun.objects.filter(pk=meta.run_id).update(
-        status=RunStatus.QUEUED,
-        next_attempt_at=next_at,
-        updated_at=now,
-        attempt=meta.attempt,
-        max_attempts=meta.max_attempts,
-        logs=_all_logs(meta, logs, force_merge=True),
-    )
+def mark_requeued(
+    *,
+    meta: JobMeta,
+    now: datetime,
+    next_at: datetime | None,
+    logs: list[LogLine],
+    started: Started | None = None,
+) -> None:
+    """Back to queued without consuming an attempt (unknown job during a deploy, a lowered cap).
+    With ``started``, a row the dispatcher has not written yet is created first."""
+    values = {
+        "status": RunStatus.QUEUED,
+        "next_attempt_at": next_at,
+        "updated_at": now,
+        "attempt": meta.attempt,
+        "max_attempts": meta.max_attempts,
+        "logs": _all_logs(meta, logs, force_merge=True),
+    }
+    if JobRun.objects.filter(pk=meta.run_id).update(**values) or started is None:
+        return
+    row = new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)
+    insert_queued([row])
+    JobRun.objects.filter(pk=meta.run_id).update(**values)
 
 
 def mark_failed_without_row(*, job_id: str, run_id: str | None, now: datetime, error: str) -> None:

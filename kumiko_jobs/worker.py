@@ -31,6 +31,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 from rq.worker import SimpleWorker, WorkerStatus
 
+from kumiko_jobs import faults
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
@@ -89,10 +90,12 @@ class LaneWorker(SimpleWorker):
         self.leases = Heartbeat(self.client, self.keys, self.lane, self.key)
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
         self._loops: list[JobLoop] = []
+        self._stuck: set[int] = set()  # job threads whose handler ignored its timeout
 
     def work(  # type: ignore[override]
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
     ) -> bool:
+        faults.crash_point("worker:start")
         self.bootstrap(logging_level)
         self._log_banner(burst, max_jobs)
         self._tickets = max_jobs
@@ -136,11 +139,12 @@ class LaneWorker(SimpleWorker):
         threads = start_threads(self, self.threads, burst)
         self._loops = [loop for _thread, loop in threads]
         recycle_deadline: float | None = None
-        while any(thread.is_alive() for thread, _loop in threads):
+        # A stuck thread is a daemon: it ends with the process, nobody waits for it.
+        while any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
             if self.recycle_reason and recycle_deadline is None:
                 recycle_deadline = time.monotonic() + RECYCLE_WAIT
             if recycle_deadline is not None and time.monotonic() > recycle_deadline:
-                break  # a stuck thread is a daemon: it ends with the process
+                break
             try:
                 self.upkeep()
             except redis.RedisError:
@@ -189,6 +193,7 @@ class LaneWorker(SimpleWorker):
     def _on_stuck(self, ident: int, job_name: str) -> None:
         # The watchdog thread: a handler ignored its timeout (blocked in C code). Its lease is let
         # go, so the reaper retries the run, and the process is replaced.
+        self._stuck.add(ident)
         for loop in self._loops:
             if loop.thread_ident == ident and loop.member:
                 self.leases.release(loop.member)

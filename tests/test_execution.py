@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.fanout import child_job_id
 from kumiko_jobs.models import EscapeHatchAudit, JobRun, RunStatus
 from kumiko_jobs.pushing import push
+from kumiko_jobs.records import Started
 from kumiko_jobs.registry import registry
 from kumiko_jobs.testing import drain
 
@@ -158,10 +160,10 @@ def test_fan_out_retry_never_enqueues_a_tenant_twice(
     meta_raw = redis_client.hget(get_keys().job(result.job_id), "meta")
     meta = JobMeta.from_json(meta_raw)
     # Run the wrapper twice (as a retry would) and also after Redis forgot the children.
-    run_fan_out(result.job_id, meta, {}, "tests.per_tenant", worker="w")
+    run_fan_out(meta, Started(result.job_id, {}, "w", datetime.now(UTC)), "tests.per_tenant")
     for tenant in tenants:
         redis_client.delete(get_keys().job(child_job_id(result.job_id, str(tenant.pk))))
-    run_fan_out(result.job_id, meta, {}, "tests.per_tenant", worker="w")
+    run_fan_out(meta, Started(result.job_id, {}, "w", datetime.now(UTC)), "tests.per_tenant")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 3
 
 

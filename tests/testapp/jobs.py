@@ -360,3 +360,25 @@ def chaos_work(payload: dict[str, Any], ctx: JobContext) -> None:
     _ledger("start", ctx)
     time.sleep(float(payload.get("ms", 5)) / 1000)
     _ledger("end", ctx)
+
+
+# --- job threads (tests/integration/test_concurrency.py) -------------------------------------
+
+
+@job(name="tests.busy_loop", timeout=0.5, retries=1)
+def busy_loop(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Pure Python until told to stop: an asynchronous JobTimeout reaches it in a job thread."""
+    trace("busy_loop_start", **_ctx_fields(ctx))
+    end = time.monotonic() + float(payload.get("seconds", 30))
+    while time.monotonic() < end:
+        pass
+    trace("busy_loop_end", **_ctx_fields(ctx))
+
+
+@job(name="tests.stuck", timeout=0.5, retries=1)
+def stuck(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Blocked in C code (a first attempt only): no exception reaches it in a job thread."""
+    trace("stuck_start", **_ctx_fields(ctx))
+    if ctx.attempt == 1:
+        time.sleep(float(payload.get("seconds", 60)))
+    trace("stuck_end", **_ctx_fields(ctx))

@@ -1,0 +1,137 @@
+"""End to end: ``runjobs --threads N`` and ``--processes P``: real processes, real threads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.models import JobRun, RunStatus
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.slow
+FAST = {
+    "KUMIKO_TEST_ABANDON_AFTER": "4",
+    "KUMIKO_TEST_HEARTBEAT_INTERVAL": "1",
+    "KUMIKO_TEST_STUCK_AFTER": "1",
+}
+
+
+def overlap(spans: list[tuple[float, float]]) -> int:
+    """Most spans open at one moment."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    best = now = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
+
+
+def spans_of(traces: Any, kind: str) -> list[tuple[float, float]]:
+    starts = {e["run_id"]: e["t"] for e in traces(f"{kind}_start")}
+    return [(starts[e["run_id"]], e["t"]) for e in traces(f"{kind}_end") if e["run_id"] in starts]
+
+
+def test_eight_threads_run_eight_jobs_at_once_on_one_connection_each(
+    start_worker: Any, traces: Any, tenants: list[Any]
+) -> None:
+    runs = [dispatch("tests.sleeper", {"seconds": 0.5}, tenant=tenants[i % 3]) for i in range(16)]
+    started = time.monotonic()
+    worker = start_worker("worker", "--threads", "8", "--burst", wait=False)
+    assert worker.wait(timeout=60) == 0
+    elapsed = time.monotonic() - started
+    spans = [(s["t"], e["t"]) for s, e in zip(traces("sleeper_start"), traces("sleeper_end"), strict=False)]
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}
+    assert overlap(spans) == 8
+    assert elapsed < 10  # 16 x 0.5 s, 8 at a time (plus start-up)
+    [opened] = [line for line in worker.output().splitlines() if "database connections opened" in line]
+    assert int(opened.rsplit(": ", 1)[1]) <= 8 + 2  # a connection per thread (+ marker, main)
+
+
+def test_thread_timeout_stops_python_code_and_a_stuck_handler_recycles_the_process(
+    start_worker: Any, traces: Any, wait_for_run: Any, wait_for_traces: Any
+) -> None:
+    looping = dispatch("tests.busy_loop", {"seconds": 30})
+    worker = start_worker("worker", "--threads", "2", env=FAST)
+    run = wait_for_run(looping.run_id, ("failed",), timeout=20)
+    assert "JobTimeout: Job 'tests.busy_loop' exceeded its timeout of 0.5s" in run.error
+    assert run.attempt == 2 and traces("busy_loop_end") == []
+    # A handler blocked in C code ignores the exception: the process gives its lease up and exits
+    # for a restart; the run is retried elsewhere.
+    stuck = dispatch("tests.stuck", {"seconds": 60})
+    wait_for_traces("stuck_start")
+    assert worker.wait(timeout=30) == 75
+    assert "job tests.stuck is stuck past its timeout" in worker.output()
+    start_worker("worker", "--threads", "2", env=FAST)
+    run = wait_for_run(stuck.run_id, ("succeeded",), timeout=30)
+    assert run.attempt == 2
+
+
+def test_sigterm_lets_every_busy_thread_finish(start_worker: Any, traces: Any, wait_for_traces: Any) -> None:
+    busy = [dispatch("tests.sleeper", {"seconds": 1.5}) for _ in range(4)]
+    waiting = dispatch("tests.record", {})
+    worker = start_worker("worker", "--threads", "4")
+    wait_for_traces("sleeper_start", 4)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert len(traces("sleeper_end")) == 4
+    assert {JobRun.objects.get(pk=r.run_id).status for r in busy} == {RunStatus.SUCCEEDED}
+    assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.QUEUED
+    assert "SIGTERM received: finishing the running jobs, then stopping" in worker.output()
+
+
+def test_supervisor_replaces_a_killed_worker_process_and_its_run_is_retried(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, wait_for_run: Any, wait_for_traces: Any
+) -> None:
+    held = dispatch("tests.hang_first", {"seconds": 60})
+    supervisor = start_worker("worker", "--processes", "2", "--threads", "2", env=FAST, wait=False)
+    names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+    wait_until(
+        lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
+    )
+    [start] = wait_for_traces("hang_first_start")
+    os.kill(start["pid"], signal.SIGKILL)  # the child holding the run dies
+    run = wait_for_run(held.run_id, ("succeeded",), timeout=40)
+    assert run.attempt == 2
+    assert "exited -9; restarting it" in supervisor.output()
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+
+
+def test_supervisor_stops_when_workers_keep_dying_at_start_up(start_worker: Any) -> None:
+    supervisor = start_worker(
+        "worker", "--processes", "2", env={"KUMIKO_CRASH_AT": "worker:start"}, wait=False
+    )
+    assert supervisor.wait(timeout=60) == 1
+    assert "died 5 times within 10s of its start" in supervisor.output()
+
+
+def test_caps_and_fairness_hold_under_two_processes_of_eight_threads(
+    start_worker: Any, traces: Any, tenants: list[Any]
+) -> None:
+    a, b = (str(t.pk) for t in tenants[:2])
+    runs = [dispatch("tests.capped", {"seconds": 0.2}, tenant=tenant) for tenant in [a] * 20 + [b] * 20]
+    supervisor = start_worker("worker", "--processes", "2", "--threads", "8", env=FAST, wait=False)
+    wait_until(lambda: len(traces("capped_end")) == 40, 60, "40 capped runs")
+    by_tenant = {tenant: [(s["t"], e["t"]) for s, e in _pairs(traces, "capped", tenant)] for tenant in (a, b)}
+    # MaxPerTenant(2, "defer"): never more than 2 of a tenant at once, and each reached 2.
+    assert [overlap(by_tenant[t]) for t in (a, b)] == [2, 2]
+    # Fair: B's runs were not starved behind A's (both tenants finish at about the same time).
+    assert abs(max(e for _, e in by_tenant[a]) - max(e for _, e in by_tenant[b])) < 1.5
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+
+
+def _pairs(traces: Any, kind: str, tenant: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    ends = {e["run_id"]: e for e in traces(f"{kind}_end") if e["tenant"] == tenant}
+    return [
+        (s, ends[s["run_id"]])
+        for s in traces(f"{kind}_start")
+        if s["tenant"] == tenant and s["run_id"] in ends
+    ]
