@@ -146,3 +146,14 @@ def test_the_error_goes_through_the_configured_scrubber(settings: Any, tenants: 
     drain()
     last = [e for e in sent("tests.flaky") if e["signal"] == "job_failed"][-1]
     assert last["run"]["error"] == "RuntimeError: flaky failure on attempt #"
+
+
+def test_canceling_waiting_runs_sends_job_dropped(tenants: list[Any], sent: Any) -> None:
+    from kumiko_jobs.cancelling import cancel_queued
+
+    later = dispatch("tests.record", {"n": 1}, tenant=tenants[0], delay=3600)
+    result = cancel_queued([str(later.job_id)])
+    assert result.canceled == (later.job_id,)
+    entries = sent()
+    assert names(entries) == ["job_queued", "job_dropped"]
+    assert (entries[1]["run"]["run_id"], entries[1]["run"]["status"]) == (later.run_id, "dropped")
