@@ -36,11 +36,14 @@ from bench.peer_rates import FULL as PEERS_FULL
 from bench.peer_rates import QUICK as PEERS_QUICK
 from bench.peer_rates import PeerSizes
 from bench.results import Ratio, Report
+from bench.schedules import FULL as SCHEDULES_FULL
+from bench.schedules import QUICK as SCHEDULES_QUICK
+from bench.schedules import Plan as SchedulePlan
 from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "console")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "schedules", "console")
 
 
 @dataclass(frozen=True)
@@ -54,19 +57,36 @@ class Plan:
     commands: int
     tenancy: Sizes
     peers: PeerSizes
+    schedules: SchedulePlan
     console_rows: int
     console_renders: int
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
 FULL = Plan(
-    dispatch=3000, rounds=3, worker=2000, fork=400, commands=500, tenancy=TENANCY_FULL, peers=PEERS_FULL,
-    console_rows=1_000_000, console_renders=10,
-)  # fmt: skip
+    dispatch=3000,
+    rounds=3,
+    worker=2000,
+    fork=400,
+    commands=500,
+    tenancy=TENANCY_FULL,
+    peers=PEERS_FULL,
+    schedules=SCHEDULES_FULL,
+    console_rows=1_000_000,
+    console_renders=10,
+)
 QUICK = Plan(
-    dispatch=200, rounds=1, worker=200, fork=30, commands=100, tenancy=TENANCY_QUICK, peers=PEERS_QUICK,
-    console_rows=20_000, console_renders=3,
-)  # fmt: skip
+    dispatch=200,
+    rounds=1,
+    worker=200,
+    fork=30,
+    commands=100,
+    tenancy=TENANCY_QUICK,
+    peers=PEERS_QUICK,
+    schedules=SCHEDULES_QUICK,
+    console_rows=20_000,
+    console_renders=3,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -226,6 +246,14 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
         report.rates += rates
         report.ratios += ratios
         report.notes.append(note)
+    if "schedules" in sections:
+        from bench.schedules import measure_schedules
+
+        report.schedules += measure_schedules(env, plan.schedules, console)
+        report.notes.append(
+            'Schedules: the leader\'s planner step for one tick of a tz="tenant" per-tenant schedule '
+            "(bench/schedules.py), injected clock, real Redis and database."
+        )
 
 
 def _forget_database(prefix: str) -> None:

@@ -54,6 +54,7 @@ def figure_rows(figures: list[Figure]) -> list[tuple[str, ...]]:
 RATE_HEADERS = ("Throughput", "jobs", "jobs/s", "range of rounds", "how")
 RATIO_HEADERS = ("Ratio", "value", "target", "met")
 TENANCY_HEADERS = ("Tenancy", "value", "target", "met", "how")
+SCHEDULE_HEADERS = ("Schedules", "value", "target", "met", "how")
 COMMAND_HEADERS = (
     "Redis commands",
     "jobs",
@@ -105,6 +106,8 @@ def _tables(report: Report, top: int = 8) -> list[TableData]:
         tables.append(("Tenancy (one worker, one run)", TENANCY_HEADERS, figure_rows(report.tenancy)))
     if report.console:
         tables.append(("Operator console (admin pages)", CONSOLE_HEADERS, figure_rows(report.console)))
+    if report.schedules:
+        tables.append(("Schedules (leader, in process)", SCHEDULE_HEADERS, figure_rows(report.schedules)))
     return tables
 
 

@@ -84,4 +84,5 @@ class Report:
     commands: list[CommandCount] = field(default_factory=list)
     tenancy: list[Figure] = field(default_factory=list)
     console: list[Figure] = field(default_factory=list)
+    schedules: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

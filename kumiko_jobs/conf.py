@@ -65,6 +65,21 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # kept; older ones are pruned daily (retention.py). Queued, running and deferred runs never.
     "RUN_RETENTION": 30 * 24 * 3600,
     "AUDIT_RETENTION": 90 * 24 * 3600,
+    # Schedules (kumiko_jobs/scheduling). Dotted path to (tenant_id) -> IANA zone name, for
+    # cron(..., tz="tenant"); None puts every tenant in UTC.
+    "TENANT_TIMEZONE": None,
+    # Seconds between rebuilds of the tenant zone index (ACTIVE_TENANTS x TENANT_TIMEZONE).
+    "TENANT_ZONE_REFRESH": 300,
+    # Ticks missed while no leader ran are fired late if younger than this (seconds), else skipped.
+    "CRON_CATCH_UP": 600,
+    # Seconds after the last process declaring a schedule stopped before its state is removed.
+    "ORPHAN_GRACE": 600,
+    # run_on_boot jobs are dispatched once per Redis dataset, QUEUE_PREFIX and RELEASE.
+    "RELEASE": "",
+    # A boot gate without a timeout that runs longer than this (seconds) logs a warning.
+    "BOOT_GATE_WARN_AFTER": 60,
+    # Optional list of the event names emit() may fire; None accepts any name.
+    "EVENTS": None,
 }
 
 

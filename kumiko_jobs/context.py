@@ -84,6 +84,8 @@ class JobContext:
     definition: JobDefinition = field(repr=False)
     log: JobLogger = field(repr=False)
     inline: bool = False
+    # The tick's time (aware UTC) for runs of a cron schedule; None for every other run.
+    scheduled_at: datetime | None = None
     # Escape-hatch uses by kind, written by audit.flush_audits() when the handler is done.
     audit_uses: dict[str, int] = field(default_factory=dict, repr=False)
 

@@ -20,6 +20,8 @@ CONCURRENCY_MODES = ("parallel", "sequential", "skip", "replace", "debounce")
 CONCURRENCY_SCOPES = ("tenant", "job")
 GRANTS = ("unscoped", "global_writes", "system_identity")
 DEFAULT_BACKOFF_MS = 1000
+# cron(..., tz=TENANT_ZONE): each tenant's run fires at that tenant's local time.
+TENANT_ZONE = "tenant"
 # A per-tenant job dispatched without a tenant runs as a wrapper of this name, which fans out
 # one child run per active tenant (fanout.py).
 PER_TENANT_PREFIX = "_per_tenant:"
@@ -67,7 +69,8 @@ Trigger = CronTrigger | EventTrigger | ManualTrigger
 
 
 def cron(expr: str, tz: str = "UTC") -> CronTrigger:
-    """Run on a cron schedule (5 fields, or 6 with leading seconds) in time zone ``tz``."""
+    """Run on a cron schedule (5 fields, or 6 with leading seconds) in time zone ``tz``: an IANA
+    name, or ``"tenant"`` (with ``per_tenant=True``) for each tenant's own zone."""
     return CronTrigger(expr=expr, tz=tz)
 
 
@@ -157,6 +160,8 @@ class JobDefinition:
     escape_hatch: EscapeHatch | None = None
     max_defers: int = 20
     system_scope: bool = False
+    # Seconds over which a per-tenant fan-out's children are spread (0 = all at once).
+    spread: float = 0
     # Raw declared values the checks report on when normalisation was impossible.
     declared: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -23,6 +23,7 @@ from kumiko_jobs import faults, records, run_events
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
+from kumiko_jobs.events import check_emitted
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import Gates, gates_for
 from kumiko_jobs.jobdata import JobMeta, job_fields
@@ -94,18 +95,24 @@ def emit(
     user: Any = None,
     correlation_id: str | None = None,
 ) -> list[DispatchResult]:
-    """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter."""
+    """Dispatch every job whose ``on_event`` trigger matches ``event`` and its ``where`` filter.
+
+    Raises UnknownEvent for a name outside ``KUMIKO_JOBS["EVENTS"]`` (when that is set); an
+    event no job listens to is logged as a warning, once per name and process.
+    """
     if not isinstance(event, str) or not event:
         raise UnknownEvent(f"emit() needs a non-empty event name, got {event!r}.")
     check_text_option("event", event, MAX_TRIGGER_NAME)
     body = validate_payload(payload)
+    listeners = registry.for_event(event)
+    check_emitted(event, listeners=len(listeners))
     tenant_id, user_id = normalise_tenant(tenant), _user_id(user)
     correlation_id = _correlation_id(correlation_id)
     prepared = [
         prepare(
             d, body, tenant_id=tenant_id, user_id=user_id, correlation_id=correlation_id, trigger_name=event
         )
-        for d in registry.for_event(event)
+        for d in listeners
         if any(isinstance(t, EventTrigger) and t.matches(event, body) for t in d.triggers)
     ]
     return submit(prepared)
@@ -126,6 +133,8 @@ def prepare(
     retry_of: uuid.UUID | None = None,
     fanout_of: str = "",
     fanout_parent: str = "",
+    scheduled_at: float | None = None,
+    zone: str = "",
 ) -> PreparedJob:
     """Build a new run's job hash fields and its row, from arguments already validated (the
     subject fields are checked here: InvalidPayload names a non-primitive one)."""
@@ -149,6 +158,8 @@ def prepare(
         fanout_parent=fanout_parent,
         subject=subject_of(definition, payload),
         tenant_visible=is_tenant_visible(definition, tenant_id),
+        scheduled_at=scheduled_at,
+        zone=zone,
     )
     return prepared_from_meta(
         definition, meta, gates, payload, job_id=job_id, delay=delay, unique=unique, retry_of=retry_of

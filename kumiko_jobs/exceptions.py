@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class KumikoJobsError(Exception):
     """Base class of every kumiko_jobs error."""
@@ -20,7 +22,11 @@ class UnknownJob(KumikoJobsError, LookupError):
 
 
 class UnknownEvent(KumikoJobsError, ValueError):
-    """An event name that is not a non-empty string."""
+    """An event name emit() refuses: empty, or not in ``KUMIKO_JOBS["EVENTS"]``."""
+
+    def __init__(self, message: str, close_matches: Sequence[str] = ()) -> None:
+        self.close_matches = list(close_matches)
+        super().__init__(message)
 
 
 class InvalidPayload(KumikoJobsError, ValueError):
@@ -70,3 +76,12 @@ class JobTimeout(KumikoJobsError):
 
 class MalformedJob(KumikoJobsError, ValueError):
     """Data popped from a queue could not be decoded into a kumiko job."""
+
+
+class BootGateFailed(KumikoJobsError):
+    """A boot gate raised or ran past its timeout; runjobs does not start consuming."""
+
+    def __init__(self, job_name: str, reason: str) -> None:
+        self.job_name = job_name
+        self.reason = reason
+        super().__init__(f"boot gate {job_name} failed: {reason}")

@@ -87,7 +87,9 @@ def execute(
     consumer_lane: str,
     start: records.Started,
     observer: RunObserver,
+    inline: bool = False,
 ) -> Outcome:
+    """Run the handler and record its outcome; ``inline`` runs (boot gates) cannot defer."""
     log = JobLogger(definition.name, meta.attempt)
     ctx = JobContext(
         job_name=definition.name,
@@ -102,6 +104,8 @@ def execute(
         lane=meta.lane,
         definition=definition,
         log=log,
+        inline=inline,
+        scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
     )
     try:
         with (

@@ -23,6 +23,7 @@ from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
+from kumiko_jobs.scheduling.zones import tenants_in_zone
 
 BATCH = 1000
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
@@ -66,7 +67,9 @@ def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
     run_events.started(meta, job_id)
     try:
         total = 0
-        for batch in _batches(active_tenant_ids(), BATCH):
+        # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.
+        tenants = tenants_in_zone(meta.zone) if meta.zone else active_tenant_ids()
+        for batch in _batches(tenants, BATCH):
             total += _enqueue_batch(definition, job_id, meta, payload, [str(t) for t in batch])
     except Exception as exc:
         return outcomes.failed_attempt(definition, job_id, meta, exc, [])
@@ -81,11 +84,21 @@ def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
     return outcomes.succeeded(None, job_id, meta, [line], None)
 
 
+def spread_delay(definition: JobDefinition, tenant_id: str) -> float:
+    """A tenant's fixed offset in [0, spread) seconds: the same tenant runs at the same point of
+    every spread tick, and the children of one tick are spread evenly."""
+    if not definition.spread:
+        return 0.0
+    digest = hashlib.sha1(f"{definition.name}|{tenant_id}".encode(), usedforsecurity=False).digest()
+    return float(definition.spread) * int.from_bytes(digest[:4]) / 2**32
+
+
 def _enqueue_batch(
     definition: JobDefinition, wrapper_id: str, meta: JobMeta, payload: dict[str, Any], tenants: list[str]
 ) -> int:
     # A retried wrapper derives its children's ids from the original's: tenants the original
-    # reached are found in the run table and skipped.
+    # reached are found in the run table and skipped. The zone wrappers of a tz="tenant" tick
+    # derive them from the tick's id, so a tenant listed under two zones of one tick runs once.
     base = meta.fanout_of or wrapper_id
     ids = {tenant: child_job_id(base, tenant) for tenant in tenants}
     existing = records.recorded_job_ids(ids.values())
@@ -102,13 +115,16 @@ def _enqueue_batch(
             unique=True,
             # Same id on every attempt, so a row recorded late matches what Redis holds.
             run_id=uuid.uuid5(uuid.NAMESPACE_URL, child_id),
+            delay=spread_delay(definition, tenant),
+            scheduled_at=meta.scheduled_at,
         )
         for tenant, child_id in ids.items()
         if child_id not in existing
     ]
     if prepared:
-        # The batch script knows skip limits but not replace/debounce: those children go one by one.
-        simple = not (prepared[0].gates.replace or prepared[0].gates.debounce_key)
+        # The batch script knows skip limits but not replace/debounce or delays: those children go
+        # one by one.
+        simple = not (prepared[0].gates.replace or prepared[0].gates.debounce_key or definition.spread)
         pushed = push_batch(prepared) if simple else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.

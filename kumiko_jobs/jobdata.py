@@ -52,6 +52,9 @@ class JobMeta:
     # tenant may see the run.
     subject: str | None = None
     tenant_visible: bool = False
+    # Cron ticks: the tick's UTC time (epoch s); a tz="tenant" wrapper also names its zone.
+    scheduled_at: float | None = None
+    zone: str = ""
 
     def to_json(self) -> str:
         raw: dict[str, Any] = {
@@ -84,6 +87,10 @@ class JobMeta:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
             raw["trace"] = self.trace
+        if self.scheduled_at is not None:
+            raw["at"] = self.scheduled_at
+        if self.zone:
+            raw["zone"] = self.zone
         return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
@@ -113,6 +120,8 @@ class JobMeta:
                 fanout_parent=_text(d.get("fp", ""), 100),
                 subject=_optional_text(d.get("subj"), 500),
                 tenant_visible=bool(d.get("tv", 0)),
+                scheduled_at=None if d.get("at") is None else float(d["at"]),
+                zone=_text(d.get("zone", ""), 64),
             )
             if (
                 meta.attempt < 1

@@ -178,3 +178,42 @@ class Keys:
     def audit_window(self, job_name: str, tenant_id: str, kind: str, window_start: int) -> str:
         """Set by the process that inserts an escape-hatch audit row for this window."""
         return f"{self.prefix}:audit:{job_name}:{tenant_id}:{kind}:{window_start}"
+
+    # Schedules (kumiko_jobs/scheduling) ------------------------------------------------------
+    def scheduler_lease(self, lane: str) -> str:
+        """The lane's scheduler lease: "<epoch>|<owner>" of the process that fires its ticks."""
+        return f"{self.prefix}:{lane}:sched:lease"
+
+    def scheduler_epoch(self, lane: str) -> str:
+        """Counter incremented per lease acquisition (the fencing token's epoch)."""
+        return f"{self.prefix}:{lane}:sched:epoch"
+
+    def schedules_seen(self, lane: str) -> str:
+        """Sorted set schedule id -> when a live process last declared it."""
+        return f"{self.prefix}:{lane}:sched:seen"
+
+    def schedule_cursor(self, lane: str, schedule_id: str) -> str:
+        """Hash zone -> UTC time (epoch s) of the last tick handled (fired or skipped)."""
+        return f"{self.prefix}:{lane}:sched:cursor:{schedule_id}"
+
+    @property
+    def boot_marks(self) -> str:
+        """Hash "<release>|<job>" -> when its run_on_boot dispatch happened."""
+        return f"{self.prefix}:boot"
+
+    @property
+    def tenant_zones_generation(self) -> str:
+        """The current generation of the tenant zone index."""
+        return f"{self.prefix}:tz:gen"
+
+    @property
+    def tenant_zones_lock(self) -> str:
+        return f"{self.prefix}:tz:lock"
+
+    def tenant_zones(self, generation: int) -> str:
+        """Hash zone -> number of tenants in it, of one index generation."""
+        return f"{self.prefix}:tz:{generation}:zones"
+
+    def tenant_zone_members(self, generation: int, zone: str) -> str:
+        """List of the tenant ids in one zone, of one index generation."""
+        return f"{self.prefix}:tz:{generation}:z:{zone}"

@@ -65,6 +65,11 @@ class JobRun(models.Model):
     # When the run reached Redis. Unset only for a run recorded in a caller's transaction whose
     # push after commit has not happened yet (rebuild.push_waiting finds those).
     pushed_at = models.DateTimeField(null=True, blank=True)
+    # Runs a cron schedule fired: the tick's time (ctx.scheduled_at). A tz="tenant" tick has one
+    # fan-out wrapper per time zone in use, each naming the zone whose tenants it reaches; kept
+    # here so a rebuild from the records or a retry reaches the same tenants at the same tick.
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    zone = models.CharField(max_length=64, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

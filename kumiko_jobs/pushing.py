@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import redis
 from django.utils import timezone
+from redis.client import Pipeline
 
 from kumiko_jobs import flows
 from kumiko_jobs.conf import get_config, redis_description
@@ -74,6 +75,52 @@ def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> 
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(exc) from exc
     return [_decode(p, r) for p, r in zip(prepared, raw, strict=True)]
+
+
+WATCH_ATTEMPTS = 5
+Selection = Sequence[PreparedJob]
+
+
+def push_watched(
+    *,
+    watch: str,
+    select: Callable[[Pipeline], Selection | None],
+    also: Callable[[Pipeline, Selection], None] | None = None,
+    client: redis.Redis | None = None,
+) -> tuple[Selection, list[Pushed]] | None:
+    """Push what ``select`` picks while key ``watch`` is unchanged (an optimistic lock: WATCH,
+    decide, MULTI, push, EXEC); ``also`` adds writes to the same transaction. ``select`` reads
+    through the watching pipeline and returns the jobs to push, or None to push nothing (the
+    result is then None). A change to ``watch`` before EXEC runs ``select`` again, so a push
+    never happens under a decision that stopped holding. Returns (pushed jobs, outcomes)."""
+    client = client or get_redis()
+    enqueue = scripts_for(client).enqueue
+    try:
+        with client.pipeline(transaction=True) as pipe:
+            for _ in range(WATCH_ATTEMPTS):
+                try:
+                    pipe.watch(watch)  # type: ignore[no-untyped-call]
+                    chosen = select(pipe)
+                    if chosen is None:
+                        pipe.reset()
+                        return None
+                    _register_queues(client, {p.lane for p in chosen})
+                    pipe.multi()
+                    now = timezone.now().timestamp()
+                    for p in chosen:
+                        enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
+                    if also is not None:
+                        also(pipe, chosen)
+                    raw = pipe.execute()
+                except redis.WatchError:
+                    continue
+                return chosen, [_decode(p, r) for p, r in zip(chosen, raw, strict=False)]
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise unavailable(exc) from exc
+    raise QueueUnavailable(
+        f"Key {watch!r} kept changing during {WATCH_ATTEMPTS} attempts to push; nothing was pushed. "
+        "Retry; if it persists, something rewrites that key continuously."
+    )
 
 
 def push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:

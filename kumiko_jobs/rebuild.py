@@ -36,7 +36,7 @@ from kumiko_jobs.dispatching import prepared_from_meta, record_pushes
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import Keys
-from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
 from kumiko_jobs.pushing import PreparedJob, push
 from kumiko_jobs.registry import registry
 
@@ -47,7 +47,8 @@ OUTBOX_GRACE = 5.0
 ROW_FIELDS = (
     "id", "job_name", "tenant_id", "status", "attempt", "max_attempts", "lane", "job_id", "trigger_name",
     "triggered_by", "correlation_id", "payload", "next_attempt_at", "defer_count", "fanout_of",
-    "retry_of", "updated_at", "pushed_at", "subject", "tenant_visible", "fanout_parent",
+    "retry_of", "updated_at", "pushed_at", "scheduled_at", "zone", "subject", "tenant_visible",
+    "fanout_parent",
 )  # fmt: skip
 
 
@@ -97,6 +98,8 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
         fanout_parent=row.fanout_parent,
         subject=row.subject,
         tenant_visible=row.tenant_visible,
+        scheduled_at=row.scheduled_at.timestamp() if row.scheduled_at else None,
+        zone=row.zone,
     )
     now = datetime.now(UTC)
     delay = (row.next_attempt_at - now).total_seconds() if row.next_attempt_at else 0.0
@@ -216,3 +219,48 @@ def missing_from_redis(client: redis.Redis, keys: Keys, rows: Sequence[JobRun]) 
     for row in rows:
         pipe.exists(keys.job(row.job_id))
     return [row for row, exists in zip(rows, pipe.execute(), strict=True) if not exists]
+
+
+def running_on_a_live_worker(client: redis.Redis, keys: Keys, row: JobRun) -> bool:
+    """A live worker refreshes its key every HEARTBEAT_INTERVAL, also after a Redis restart;
+    its run finishes and records itself without Redis' copy of the job."""
+    if row.status != RunStatus.RUNNING or not row.worker:
+        return False
+    return bool(client.exists(keys.worker(row.worker)))
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    lane: str
+    checked: int
+    missing: int
+    pushed: int
+
+
+def rebuild_lane(client: redis.Redis, keys: Keys, lane: str, *, dry_run: bool = False) -> RebuildReport:
+    """Check every unfinished run of the lane (this prefix) against Redis now, and push those
+    Redis does not hold (``manage.py jobs rebuild``); runs on a live worker are left alone."""
+    checked = missing = pushed = 0
+    # Limits are counted again only if Redis lost them with its data (no epoch, or one this lane
+    # was not checked for); a hash lost alone left its limits counted.
+    epoch, done = client.mget(keys.epoch, keys.rebuilt(lane))
+    admit = epoch is None or epoch != done
+    after: tuple[datetime, str] | None = None
+    cutoff = datetime.now(UTC) - timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
+    base = JobRun.objects.filter(owned_by(keys), lane=lane, status__in=ACTIVE_STATUSES, updated_at__lt=cutoff)
+    while True:
+        query = base
+        if after:
+            query = query.filter(Q(updated_at__gt=after[0]) | Q(updated_at=after[0], pk__gt=after[1]))
+        rows = list(query.order_by("updated_at", "pk").only(*ROW_FIELDS, "worker")[:BATCH])
+        if not rows:
+            break
+        after = (rows[-1].updated_at, str(rows[-1].pk))
+        checked += len(rows)
+        lost = [
+            r for r in missing_from_redis(client, keys, rows) if not running_on_a_live_worker(client, keys, r)
+        ]
+        missing += len(lost)
+        if lost and not dry_run:
+            pushed += repush(client, lost, admit=admit)
+    return RebuildReport(lane, checked, missing, pushed)

@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -77,6 +77,8 @@ def new_run_row(
         fanout_parent=meta.fanout_parent,
         subject=meta.subject,
         tenant_visible=meta.tenant_visible,
+        scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
+        zone=meta.zone,
         # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
         # its push is in flight); that one path clears this until its push after commit.
         pushed_at=queued_at,
@@ -103,6 +105,36 @@ def insert_queued(rows: Sequence[JobRun]) -> None:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")  # one commit for the batch
         # Measured: one multi-row INSERT beats a pipelined executemany on PostgreSQL.
         JobRun.objects.using(alias).bulk_create(rows, ignore_conflicts=True)
+
+
+def insert_claiming(rows: Sequence[JobRun]) -> set[str]:
+    """Insert rows whose unique job id decides who acts on them (cron ticks); return the job ids
+    this call inserted. Rows that exist are left alone. Committed durably: the row is the
+    arbiter, not a log that Redis could rebuild."""
+    alias = router.db_for_write(JobRun)
+    connection = connections[alias]
+    inserted: set[str] = set()
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        for start in range(0, len(rows), _CLAIM_BATCH):
+            batch = rows[start : start + _CLAIM_BATCH]
+            params = [
+                field.get_db_prep_save(getattr(row, field.attname), connection)
+                for row in batch
+                for field in _INSERT_FIELDS
+            ]
+            cursor.execute(_claiming_sql(alias, len(batch)), params)
+            inserted.update(str(job_id) for (job_id,) in cursor.fetchall())
+    return inserted
+
+
+def unpushed(job_ids: Iterable[str]) -> set[str]:
+    """Of these job ids, those whose run was recorded before its push and is still waiting for
+    it (``pushed_at`` unset: the pusher crashed or lost its lease in between)."""
+    return set(
+        JobRun.objects.filter(
+            job_id__in=list(job_ids), status=RunStatus.QUEUED, pushed_at__isnull=True
+        ).values_list("job_id", flat=True)
+    )
 
 
 def mark_running(
@@ -310,6 +342,21 @@ def _insert_sql(alias: str) -> str:
     values = ", ".join("%s" for _ in _INSERT_FIELDS)
     # PostgreSQL and SQLite (>= 3.24) both know ON CONFLICT DO NOTHING.
     return f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"  # noqa: S608
+
+
+_CLAIM_BATCH = 200  # rows per statement: SQLite allows 32,766 parameters
+
+
+@cache
+def _claiming_sql(alias: str, rows: int) -> str:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in _INSERT_FIELDS)
+    row = "(" + ", ".join("%s" for _ in _INSERT_FIELDS) + ")"
+    job_id = quote(str(_FIELDS["job_id"].column))
+    return (
+        f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)} "  # noqa: S608
+        f"ON CONFLICT DO NOTHING RETURNING {job_id}"
+    )
 
 
 @cache

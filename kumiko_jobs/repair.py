@@ -84,17 +84,9 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
         logger.warning(
             "kumiko_jobs: repaired run %s (job %s): %s -> %s", row.pk, row.job_id, row.status, target
         )
-    orphans = [row for row in lost if not _running_on_a_live_worker(client, keys, row)]
+    orphans = [row for row in lost if not rebuild.running_on_a_live_worker(client, keys, row)]
     if orphans:
         # The job hash alone is gone (the dataset is intact, or the epoch would have changed):
         # its skip limits are still counted, so the push does not count them again.
         changed += rebuild.repush(client, orphans, admit=False)
     return changed
-
-
-def _running_on_a_live_worker(client: redis.Redis, keys: Keys, row: JobRun) -> bool:
-    # A live worker refreshes its key every HEARTBEAT_INTERVAL, also after a Redis restart; its
-    # run finishes and records itself without Redis' copy.
-    return (
-        row.status == RunStatus.RUNNING and bool(row.worker) and bool(client.exists(keys.worker(row.worker)))
-    )

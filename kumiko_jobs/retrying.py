@@ -35,5 +35,8 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         trigger_name=RETRY_TRIGGER,
         retry_of=run.pk,
         fanout_of=(run.fanout_of or run.job_id) if target else "",
+        # A retried cron run keeps its tick; a tz="tenant" zone wrapper its zone's tenants.
+        scheduled_at=run.scheduled_at.timestamp() if run.scheduled_at else None,
+        zone=run.zone,
     )
     return submit([prepared])[0]

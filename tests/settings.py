@@ -15,20 +15,27 @@ else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_kumiko_{os.getpid()}"}
 
 # tests/integration starts runjobs subprocesses; a test may shorten timings for its worker with
-# env KUMIKO_TEST_<KEY> (seconds), e.g. KUMIKO_TEST_UNKNOWN_JOB_GRACE=1.
+# env KUMIKO_TEST_<KEY> (seconds), e.g. KUMIKO_TEST_UNKNOWN_JOB_GRACE=1, and set RELEASE with
+# KUMIKO_TEST_RELEASE. KUMIKO_TEST_SCHEDULES declares the opt-in test jobs of tests/testapp/jobs.py.
+_TIMINGS = (
+    "ABANDON_AFTER",
+    "HEARTBEAT_INTERVAL",
+    "UNKNOWN_JOB_GRACE",
+    "UNKNOWN_JOB_RETRY_DELAY",
+    "ORPHAN_GRACE",
+    "BOOT_GATE_WARN_AFTER",
+    "CRON_CATCH_UP",
+    "TENANT_ZONE_REFRESH",
+    "STUCK_AFTER",
+)
 KUMIKO_JOBS = {
     **KUMIKO_JOBS,
+    # Tests put tenants in zones through a Redis hash (tests/testapp/tenants.py: set_zones).
+    "TENANT_TIMEZONE": "tests.testapp.tenants.tenant_timezone",
     **{
-        key: float(os.environ[f"KUMIKO_TEST_{key}"])
-        for key in (
-            "ABANDON_AFTER",
-            "HEARTBEAT_INTERVAL",
-            "UNKNOWN_JOB_GRACE",
-            "UNKNOWN_JOB_RETRY_DELAY",
-            "STUCK_AFTER",
-        )
-        if f"KUMIKO_TEST_{key}" in os.environ
+        key: float(os.environ[f"KUMIKO_TEST_{key}"]) for key in _TIMINGS if f"KUMIKO_TEST_{key}" in os.environ
     },
+    **({"RELEASE": os.environ["KUMIKO_TEST_RELEASE"]} if "KUMIKO_TEST_RELEASE" in os.environ else {}),
 }
 
 if os.environ.get("KUMIKO_TEST_REDIS_CACHE"):

@@ -31,6 +31,8 @@ ROWS = (
     "runjobs / rq Worker (fork)",
     "dispatch() (enqueue side)",
     "runjobs (worker side)",
+    "leader cost per tick (tz=tenant)",
+    "zone index rebuild",
     "cpus (nproc)",
     "redis-server",
     "database",

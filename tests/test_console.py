@@ -140,9 +140,7 @@ def test_catalog_lists_every_job_with_triggers_next_fire_last_success_and_failur
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", record[4])
     assert record[5:8] == ["2", "0", "0 %"]
     on_invoice = cells(html, 'data-job="tests.on_invoice"')[2]
-    assert (
-        on_invoice == "event:invoice.created, event:invoice.paid where {&#x27;kind&#x27;: &#x27;refund&#x27;}"
-    )
+    assert on_invoice == "event:invoice.created, event:invoice.paid kind=&#x27;refund&#x27;"
     assert 'href="/admin/kumiko_jobs/jobcatalog/trigger/tests.flaky/"' in html
 
 

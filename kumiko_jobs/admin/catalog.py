@@ -1,5 +1,6 @@
-"""The job catalog page: every declared job with its lane, triggers, next fire time, last
-success and 24-hour failure rate, and a Trigger form that dispatches it through ``dispatch()``."""
+"""The job catalog page: every declared job with its lane, triggers, next fire time and last
+success (``jobs list``'s catalog, cli/catalog.py), its 24-hour failure rate, and a Trigger form
+that dispatches it through ``dispatch()``."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from django.utils.html import format_html
 from kumiko_jobs import lane_stats
 from kumiko_jobs.admin.access import is_operator
 from kumiko_jobs.admin.run_columns import run_url, runs_url
-from kumiko_jobs.admin.schedule_info import next_fire_at, trigger_labels
 from kumiko_jobs.admin.trigger_form import TriggerForm
+from kumiko_jobs.cli.catalog import job_catalog
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.exceptions import KumikoJobsError
-from kumiko_jobs.models import JobCatalog, JobRun, RunStatus
+from kumiko_jobs.models import JobCatalog
 from kumiko_jobs.registry import registry
+from kumiko_jobs.scheduling.specs import trigger_labels
 
 
 @dataclass(frozen=True)
@@ -44,37 +46,28 @@ class CatalogRow:
         return self.failed / ended if ended else None
 
 
-def last_success(job_name: str) -> datetime | None:
-    # Newest succeeded run by queue time: an index range scan (kj_run_job_status), one row.
-    return (
-        JobRun.objects.filter(job_name=job_name, status=RunStatus.SUCCEEDED)
-        .order_by("-queued_at")
-        .values_list("finished_at", flat=True)
-        .first()
-    )
+def labels_of(definition: JobDefinition) -> list[str]:
+    return [label for trigger in definition.triggers for label in trigger_labels(trigger)]
 
 
 def catalog_rows() -> tuple[list[CatalogRow], str | None]:
-    """The catalog, sorted by name, and a note when Redis' 24-hour counters were unreadable."""
-    note = None
+    """The catalog (``jobs list``'s: next fire time, last success), sorted by name, with the
+    24-hour counts; and a note when Redis was unreadable."""
     try:
         outcomes = lane_stats.job_outcomes(get_redis(), get_keys())
+        infos = job_catalog()
     except redis.RedisError as exc:
-        outcomes, note = {}, f"24-hour counts unavailable: Redis did not answer ({exc})."
+        return [], f"The catalog needs Redis, which did not answer ({exc})."
     rows = []
-    for d in sorted(registry.all(), key=lambda d: d.name):
-        counts = outcomes.get(d.name, Counter())
+    for info in infos:
+        d, counts = info.definition, outcomes.get(info.definition.name, Counter())
+        next_fire = info.next_fire.utc if info.next_fire else None
         rows.append(
             CatalogRow(
-                d,
-                trigger_labels(d),
-                next_fire_at(d),
-                last_success(d.name),
-                counts["succeeded"],
-                counts["failed"],
+                d, labels_of(d), next_fire, info.last_success_at, counts["succeeded"], counts["failed"]
             )
         )
-    return rows, note
+    return rows, None
 
 
 # ModelAdmin is generic only in django-stubs (see audits.py).
@@ -141,7 +134,7 @@ class JobCatalogAdmin(_ModelAdmin):
             "opts": self.opts,
             "definition": definition,
             "doc": inspect.getdoc(definition.func) or "",
-            "triggers": trigger_labels(definition),
+            "triggers": labels_of(definition),
             "form": form,
         }
         return TemplateResponse(request, "admin/kumiko_jobs/trigger.html", context)

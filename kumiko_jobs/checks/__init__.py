@@ -1,7 +1,8 @@
 """System checks ``kumiko_jobs.E0xx``/``W0xx``: one id per rule, each with a hint.
 
 ``jobs.py`` checks every declaration, one function per option group; ``settings.py`` checks
-``settings.KUMIKO_JOBS``, ``redis.py`` the Redis setting. All are registered when the app is
+``settings.KUMIKO_JOBS``, ``redis.py`` the Redis setting; ``schedules.py`` holds the groups and
+rules of schedules, boot and events that those two run. All are registered when the app is
 ready (apps.py imports this package).
 """
 

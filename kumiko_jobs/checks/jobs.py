@@ -10,6 +10,7 @@ from croniter import croniter
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, register
 
+from kumiko_jobs.checks.schedules import JOB_GROUPS as SCHEDULE_GROUPS
 from kumiko_jobs.checks.values import is_int_at_least, is_number_above, is_positive_int, is_zone
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.definitions import (
@@ -17,6 +18,7 @@ from kumiko_jobs.definitions import (
     CONCURRENCY_SCOPES,
     GRANTS,
     LANES,
+    TENANT_ZONE,
     Backoff,
     CronTrigger,
     EscapeHatch,
@@ -103,10 +105,10 @@ def _cron(trigger: CronTrigger) -> Iterator[Problem]:
             "Check each field's range; https://crontab.guru explains the syntax.",
             "E003",
         )
-    if not is_zone(trigger.tz):
+    if trigger.tz != TENANT_ZONE and not is_zone(trigger.tz):
         yield (
             f"unknown time zone {trigger.tz!r}.",
-            'Use an IANA name such as "Europe/Berlin" or "UTC".',
+            'Use an IANA name such as "Europe/Berlin" or "UTC", or "tenant" with per_tenant=True.',
             "E004",
         )
 
@@ -302,6 +304,7 @@ _GROUPS: tuple[Callable[[JobDefinition], Iterator[Problem]], ...] = (
     _per_tenant,
     _tenant_visible,
     _retry_window,
+    *SCHEDULE_GROUPS,
 )
 
 

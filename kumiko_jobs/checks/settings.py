@@ -12,12 +12,13 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.utils.module_loading import import_string
 
+from kumiko_jobs.checks.schedules import SETTING_RULES as SCHEDULE_RULES
 from kumiko_jobs.checks.values import is_int_at_least, is_number_above, is_positive_int
 from kumiko_jobs.conf import CONFIG_DEFAULTS, get_config
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-HOOKS = ("ACTIVE_TENANTS", "USER_TENANT", "TENANT_ACTIVATOR")
+HOOKS = ("ACTIVE_TENANTS", "USER_TENANT", "TENANT_ACTIVATOR", "TENANT_TIMEZONE")
 POSITIVE_NUMBERS = (
     "REDIS_TIMEOUT",
     "FAILURE_TTL",
@@ -27,6 +28,10 @@ POSITIVE_NUMBERS = (
     "UNKNOWN_JOB_RETRY_DELAY",
     "TENANT_CACHE_SECONDS",
     "WORKER_DB_MAX_AGE",
+    "CRON_CATCH_UP",
+    "ORPHAN_GRACE",
+    "TENANT_ZONE_REFRESH",
+    "BOOT_GATE_WARN_AFTER",
     "STUCK_AFTER",
 )
 MIN_RETENTION = 3600
@@ -196,4 +201,5 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _max_payload_bytes,
     _job_module,
     _retention,
+    *SCHEDULE_RULES,
 )

@@ -15,6 +15,7 @@ from kumiko_jobs import (
     TenantVisibleFailure,
     TenantVisibleRun,
     UnrecoverableError,
+    cron,
     job,
     on_event,
 )
@@ -29,6 +30,7 @@ def trace(kind: str, **fields: Any) -> None:
 
 def _ctx_fields(ctx: JobContext) -> dict[str, Any]:
     return {
+        "scheduled_at": ctx.scheduled_at.isoformat() if ctx.scheduled_at else None,
         "job": ctx.job_name,
         "run_id": ctx.run_id,
         "job_id": ctx.job_id,
@@ -382,3 +384,64 @@ def stuck(payload: dict[str, Any], ctx: JobContext) -> None:
     if ctx.attempt == 1:
         time.sleep(float(payload.get("seconds", 60)))
     trace("stuck_end", **_ctx_fields(ctx))
+
+
+# --- schedules and boot (tests/integration/test_schedules.py, test_boot.py) -------------------
+# Opt-in per process: a schedule declared here would fire in every test's workers. A runjobs
+# subprocess started with KUMIKO_TEST_SCHEDULES="every_second,boot_job" declares those.
+ENABLED = set(filter(None, os.environ.get("KUMIKO_TEST_SCHEDULES", "").split(",")))
+
+
+def _declare(name: str, **options: Any) -> Any:
+    def decorate(func: Any) -> Any:
+        return job(name=f"tests.{name}", **options)(func) if name in ENABLED else func
+
+    return decorate
+
+
+@_declare("every_second", trigger=cron("* * * * * *"))
+def every_second(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("every_second", **_ctx_fields(ctx))
+
+
+@_declare("tenant_every_second", trigger=cron("* * * * * *", tz="tenant"), per_tenant=True)
+def tenant_every_second(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("tenant_every_second", **_ctx_fields(ctx))
+
+
+@_declare("old_schedule", trigger=cron("0 0 1 1 *"))
+def old_schedule(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("old_schedule", **_ctx_fields(ctx))
+
+
+@_declare("boot_job", run_on_boot=True)
+def boot_job(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("boot_job", **_ctx_fields(ctx))
+
+
+@_declare("gate_ok", boot_gate=True)
+def gate_ok(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("gate_ok", **_ctx_fields(ctx))
+
+
+@_declare("gate_fail", boot_gate=True)
+def gate_fail(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("gate_fail", **_ctx_fields(ctx))
+    raise RuntimeError("schema is behind: run migrations")
+
+
+@_declare("gate_timeout", boot_gate=True, timeout=0.5)
+def gate_timeout(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("gate_timeout", **_ctx_fields(ctx))
+    time.sleep(30)
+
+
+@_declare("gate_slow", boot_gate=True)
+def gate_slow(payload: dict[str, Any], ctx: JobContext) -> None:
+    time.sleep(float(os.environ.get("KUMIKO_TEST_GATE_SECONDS", "2")))
+    trace("gate_slow", **_ctx_fields(ctx))
+
+
+@_declare("gate_defer", boot_gate=True)
+def gate_defer(payload: dict[str, Any], ctx: JobContext) -> Any:
+    return ctx.defer(100)

@@ -16,3 +16,18 @@ def fails_midway_once() -> Iterator[int]:
         if first_call and index == len(ids) // 2:
             raise ConnectionError("tenant directory went away mid-listing")
         yield tenant_id
+
+
+def _zones_key() -> str:
+    return f"{get_keys().prefix}:test-zones"
+
+
+def set_zones(zones: dict[str, str]) -> None:
+    """Put tenants (by id) in time zones, for this test's prefix (TENANT_TIMEZONE reads it)."""
+    get_redis().hset(_zones_key(), mapping=zones)
+
+
+def tenant_timezone(tenant_id: object) -> str:
+    """TENANT_TIMEZONE of the test settings: the zone set_zones() gave the tenant, else UTC."""
+    zone = get_redis().hget(_zones_key(), str(tenant_id))
+    return zone.decode() if zone is not None else "UTC"

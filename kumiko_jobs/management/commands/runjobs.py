@@ -1,8 +1,16 @@
-"""``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM."""
+"""``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM.
+
+Start-up order: Redis reachable (else fail within REDIS_TIMEOUT), the lane's boot gates inline
+(exit status 3 on failure), its boot jobs (once per dataset and release), then the scheduler
+thread (stamps; leader election unless --no-scheduler) and the worker loop. With --processes
+the supervisor passes the gates once, before it starts any child; each child runs a scheduler
+thread of its own (they elect one leader among them and every other process of the lane).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -13,6 +21,11 @@ from kumiko_jobs import worker_logging
 from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_redis
 from kumiko_jobs.definitions import LANES
+
+# Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
+BOOT_GATE_FAILED = 3
+# Set by a supervisor for its children: this lane's gates passed in the supervisor.
+GATES_PASSED_ENV = "KUMIKO_JOBS_BOOT_GATES_PASSED"
 
 
 def positive_int(value: str) -> int:
@@ -37,7 +50,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-scheduler",
             action="store_true",
-            help="Do not promote delayed jobs or fire schedules in this process (pure executor).",
+            help="Never lead the lane's schedules and do not promote delayed jobs (pure executor).",
         )
         parser.add_argument("--name", default=None, help="Worker name (default: generated).")
         parser.add_argument(
@@ -61,6 +74,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kumiko_jobs.scheduling.boot_jobs import dispatch_boot_jobs
+        from kumiko_jobs.scheduling.loop import SchedulerThread
         from kumiko_jobs.worker import LaneWorker
 
         verbosity = int(options["verbosity"])
@@ -72,9 +87,14 @@ class Command(BaseCommand):
                 f"Redis at {redis_description()} is not reachable ({exc}). "
                 "Start Redis or set KUMIKO_JOBS['REDIS']."
             ) from exc
+        lane = options["lane"]
+        self._pass_boot_gates(lane, options["name"] or f"{os.uname().nodename}-{os.getpid()}")
+        dispatch_boot_jobs(lane)
         if options["processes"] > 1 or options["max_memory"]:
             from kumiko_jobs.supervisor import supervise
 
+            # The gates passed here: the children (this command again) take jobs at once.
+            os.environ[GATES_PASSED_ENV] = lane
             code = supervise(
                 options["processes"],
                 sys.orig_argv[1:],
@@ -83,11 +103,30 @@ class Command(BaseCommand):
             )
             raise SystemExit(code)
         worker = LaneWorker(
-            options["lane"],
+            lane,
             name=options["name"],
             schedule=not options["no_scheduler"],
             threads=options["threads"],
         )
+        scheduler = SchedulerThread(lane, worker.name, lead=not options["no_scheduler"])
+        scheduler.start()
         # RQ's own start-up lines repeat our banner; they show at -v 3 only.
         rq_level = "DEBUG" if verbosity >= 3 else "WARNING"
-        worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=rq_level)
+        try:
+            worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=rq_level)
+        finally:
+            scheduler.stop()
+
+    def _pass_boot_gates(self, lane: str, worker: str) -> None:
+        """Run the lane's boot gates (once per supervisor, not again in its children); exit
+        with status 3 and ``boot gate <name> failed: <reason>`` on stderr if one fails."""
+        from kumiko_jobs.exceptions import BootGateFailed
+        from kumiko_jobs.scheduling.boot_gates import run_boot_gates
+
+        if os.environ.get(GATES_PASSED_ENV) == lane:
+            return
+        try:
+            run_boot_gates(lane, worker=worker)
+        except BootGateFailed as exc:
+            self.stderr.write(str(exc), style_func=lambda text: text)
+            raise SystemExit(BOOT_GATE_FAILED) from exc

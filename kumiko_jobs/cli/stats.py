@@ -1,0 +1,77 @@
+"""``jobs stats``: per lane, queued, scheduled (delayed), running and failed jobs in Redis, and
+the tenants with the most unfinished runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from django.core.management.base import CommandError
+from django.db.models import Count
+from rq.utils import as_text
+
+from kumiko_jobs.cli.base import Output, Subcommand
+from kumiko_jobs.conf import redis_description
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.keys import LANES, Keys
+from kumiko_jobs.models import ACTIVE_STATUSES, JobRun
+
+BUSIEST = 5
+
+
+def lane_counts(client: redis.Redis, keys: Keys, lane: str) -> dict[str, int]:
+    """Queued = the lengths of the lane's flows that hold work (O(flows with work)) plus RQ's
+    plain list; scheduled, running and failed are the sizes of RQ's registries (failed ones are
+    kept FAILURE_TTL)."""
+    flows = [as_text(flow) for flow in client.hkeys(keys.flow_states(lane))]
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(keys.queue(lane))
+    for flow in flows:
+        pipe.llen(keys.flow(lane, flow))
+    queued = sum(int(n) for n in pipe.execute())
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.scheduled(lane))
+    pipe.zcard(keys.started(lane))
+    pipe.zcard(keys.failed(lane))
+    scheduled, running, failed = (int(n) for n in pipe.execute())
+    return {"queued": queued, "scheduled": scheduled, "running": running, "failed": failed}
+
+
+def lane_stats() -> dict[str, dict[str, int]]:
+    client, keys = get_redis(), get_keys()
+    try:
+        return {lane: lane_counts(client, keys, lane) for lane in LANES}
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise CommandError(
+            f"Redis at {redis_description()} is not reachable ({exc}). "
+            "Start Redis or set KUMIKO_JOBS['REDIS']."
+        ) from exc
+
+
+def busiest_tenants(lane: str, limit: int = BUSIEST) -> list[tuple[str, int]]:
+    """Tenants with the most queued, running or deferred runs (the small partial index)."""
+    rows = (
+        JobRun.objects.filter(lane=lane, status__in=ACTIVE_STATUSES, tenant_id__isnull=False)
+        .values("tenant_id")
+        .annotate(runs=Count("id"))
+        .order_by("-runs", "tenant_id")[:limit]
+    )
+    return [(str(row["tenant_id"]), int(row["runs"])) for row in rows]
+
+
+class Stats(Subcommand):
+    name = "stats"
+    help = "Per lane: queued, scheduled, running and failed jobs, and the busiest tenants."
+    json_option = True
+
+    def run(self, options: dict[str, Any], out: Output) -> None:
+        stats = lane_stats()
+        if out.as_json:
+            out.json(stats)
+            return
+        columns = ("queued", "scheduled", "running", "failed")
+        rows = []
+        for lane, counts in stats.items():
+            busiest = ", ".join(f"{tenant} ({runs})" for tenant, runs in busiest_tenants(lane)) or "-"
+            rows.append((lane, *(f"{counts[c]:,}" for c in columns), busiest))
+        out.table("Lanes", ("lane", *columns, "busiest tenants (unfinished runs)"), rows)

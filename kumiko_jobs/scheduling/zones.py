@@ -1,0 +1,157 @@
+"""The tenant zone index: which tenants live in which time zone, for cron(..., tz="tenant").
+
+A tz="tenant" tick must not cost the leader O(tenants), so tenants are grouped by zone ahead of
+time: a rebuild reads ACTIVE_TENANTS once, asks TENANT_TIMEZONE for each tenant (O(tenants) per
+rebuild, never per tick) and writes one list of tenant ids per zone plus a hash zone -> count,
+under a new generation number, then switches the current generation in one write. The leader
+reads only the zones (O(zones)); each zone's fan-out wrapper reads its own zone's list.
+
+Refresh: the leader of a lane with tz="tenant" schedules rebuilds the index when it is older
+than TENANT_ZONE_REFRESH seconds (default 300), in a helper thread so ticks are not delayed;
+``kumiko_jobs.scheduling.refresh_tenant_zones()`` rebuilds it at once. A tenant that changes
+zone, or a new tenant, is therefore scheduled in its new zone from the next rebuild on; until
+then it fires at its old zone's local time (or, if new, not at all). Old generations expire an
+hour after they are replaced, so a wrapper that started reading one finishes on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import redis
+from rq.utils import as_text
+
+from kumiko_jobs.conf import import_setting
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.keys import Keys
+from kumiko_jobs.scheduling.cronmath import zone as zone_info
+
+logger = logging.getLogger("kumiko_jobs")
+DEFAULT_ZONE = "UTC"
+PAGE = 1000
+OLD_GENERATION_TTL = 3600
+LOCK_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class ZoneIndex:
+    generation: int
+    refreshed_at: float
+    zones: dict[str, int]  # zone -> number of tenants
+
+    @property
+    def tenants(self) -> int:
+        return sum(self.zones.values())
+
+
+def tenant_zone_function() -> Callable[[Any], str] | None:
+    return import_setting("TENANT_TIMEZONE")  # type: ignore[no-any-return]
+
+
+@cache
+def _valid_zone(name: str) -> bool:
+    try:
+        zone_info(name)
+    except (ValueError, KeyError):  # ZoneInfoNotFoundError is a KeyError
+        return False
+    return True
+
+
+def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
+    """Group tenant ids by TENANT_TIMEZONE; an unknown zone puts the tenant in UTC, logged."""
+    zone_of = tenant_zone_function()
+    groups: dict[str, list[str]] = defaultdict(list)
+    bad: list[tuple[str, Any]] = []
+    for tenant in tenants:
+        tenant_id = str(tenant)
+        try:
+            name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
+        except Exception as exc:  # the project's function: one tenant must not stop the index
+            name = f"<{exc.__class__.__name__}: {exc}>"
+        if not isinstance(name, str) or not _valid_zone(name):
+            bad.append((tenant_id, name))
+            name = DEFAULT_ZONE
+        groups[name].append(tenant_id)
+    if bad:
+        logger.warning(
+            "kumiko_jobs: TENANT_TIMEZONE returned no valid IANA zone for %d tenant(s), scheduled in "
+            "UTC instead: %s. Return names such as 'Europe/Berlin'.",
+            len(bad),
+            ", ".join(f"{t}={z!r}" for t, z in bad[:10]) + (" ..." if len(bad) > 10 else ""),
+        )
+    return dict(groups)
+
+
+def rebuild_zone_index(client: redis.Redis | None = None, keys: Keys | None = None) -> ZoneIndex:
+    """Read every active tenant's zone and install a new index generation."""
+    from kumiko_jobs.fanout import active_tenant_ids  # fanout reads this module: import late
+
+    client, keys = client or get_redis(), keys or get_keys()
+    groups = zones_of_tenants(active_tenant_ids())
+    previous = current_index(client, keys)
+    generation = int(client.hincrby(keys.tenant_zones_generation, "next", 1))
+    pipe = client.pipeline(transaction=False)
+    for name, members in groups.items():
+        key = keys.tenant_zone_members(generation, name)
+        for start in range(0, len(members), PAGE):
+            pipe.rpush(key, *members[start : start + PAGE])
+    if groups:
+        pipe.hset(keys.tenant_zones(generation), mapping={name: len(m) for name, m in groups.items()})
+    pipe.execute()
+    now = time.time()
+    # The switch: one write, after the generation is complete.
+    client.hset(keys.tenant_zones_generation, mapping={"gen": generation, "at": now})
+    if previous is not None:
+        old = [keys.tenant_zone_members(previous.generation, name) for name in previous.zones]
+        pipe = client.pipeline(transaction=False)
+        for key in [keys.tenant_zones(previous.generation), *old]:
+            pipe.expire(key, OLD_GENERATION_TTL)
+        pipe.execute()
+    index = ZoneIndex(generation, now, {name: len(m) for name, m in groups.items()})
+    logger.info(
+        "kumiko_jobs: tenant zone index %d: %d tenants in %d zones", generation, index.tenants, len(groups)
+    )
+    return index
+
+
+def current_index(client: redis.Redis, keys: Keys) -> ZoneIndex | None:
+    """The installed index (zones and counts, not tenants: O(zones)); None before the first."""
+    raw = client.hmget(keys.tenant_zones_generation, ["gen", "at"])
+    if raw[0] is None:
+        return None
+    generation = int(raw[0])
+    zones = {as_text(k): int(v) for k, v in client.hgetall(keys.tenant_zones(generation)).items()}
+    return ZoneIndex(generation, float(raw[1] or 0), zones)
+
+
+def current_generation(client: redis.Redis, keys: Keys) -> tuple[int, float] | None:
+    raw = client.hmget(keys.tenant_zones_generation, ["gen", "at"])
+    return None if raw[0] is None else (int(raw[0]), float(raw[1] or 0))
+
+
+def tenants_in_zone(zone: str, client: redis.Redis | None = None, keys: Keys | None = None) -> Iterator[str]:
+    """The tenant ids of ``zone`` in the current index, page by page."""
+    client, keys = client or get_redis(), keys or get_keys()
+    found = current_generation(client, keys)
+    if found is None:
+        return
+    key = keys.tenant_zone_members(found[0], zone)
+    start = 0
+    while page := client.lrange(key, start, start + PAGE - 1):
+        yield from (as_text(member) for member in page)
+        start += len(page)
+
+
+def try_rebuild_lock(client: redis.Redis, keys: Keys, owner: str) -> bool:
+    """One rebuild at a time across lanes and processes."""
+    return bool(client.set(keys.tenant_zones_lock, owner, nx=True, ex=LOCK_SECONDS))
+
+
+def release_rebuild_lock(client: redis.Redis, keys: Keys) -> None:
+    client.delete(keys.tenant_zones_lock)

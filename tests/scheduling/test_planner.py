@@ -1,0 +1,131 @@
+"""The leader's planner with an injected clock: DST, catch-up, first sight, one run per tick."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from croniter import croniter
+
+from kumiko_jobs import cron
+from kumiko_jobs.models import JobRun
+from kumiko_jobs.testing import drain
+from tests.scheduling.conftest import utc
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fired_at(traces: Any, job: str | None = None) -> list[str]:
+    return sorted(
+        datetime.fromisoformat(t["scheduled_at"]).strftime("%m-%d %H:%M")
+        for t in traces("tick")
+        if job is None or t["job"] == job
+    )
+
+
+def test_berlin_job_across_spring_forward(declare: Any, make_leader: Any, traces: Any) -> None:
+    declare("t.berlin", trigger=cron("30 2 * * *", tz="Europe/Berlin"))
+    leader = make_leader(utc(2025, 3, 28, 12))
+
+    leader.run_until(utc(2025, 4, 1, 12))
+    drain()
+
+    # 02:30 does not exist on 03-30: fired once at 03:00 CEST (01:00 UTC), the moment of the jump.
+    assert fired_at(traces) == ["03-29 01:30", "03-30 01:00", "03-31 00:30", "04-01 00:30"]
+
+
+def test_berlin_job_across_fall_back(declare: Any, make_leader: Any, traces: Any) -> None:
+    declare("t.berlin", trigger=cron("30 2 * * *", tz="Europe/Berlin"))
+    declare("t.berlin_hourly", trigger=cron("15 * * * *", tz="Europe/Berlin"))
+    leader = make_leader(utc(2025, 10, 25, 22))
+
+    leader.run_until(utc(2025, 10, 26, 4), step=30)
+    drain()
+
+    # 02:30 happens twice on 10-26 (00:30 and 01:30 UTC): fired once, at the first.
+    assert fired_at(traces, "t.berlin") == ["10-26 00:30"]
+    # Hourly at :15 local: 02:15 CEST fires, the repeated 02:15 CET does not.
+    assert fired_at(traces, "t.berlin_hourly") == [
+        "10-25 22:15",
+        "10-25 23:15",
+        "10-26 00:15",
+        "10-26 02:15",
+        "10-26 03:15",
+    ]
+    runs = JobRun.objects.filter(job_name="t.berlin")
+    assert [(r.trigger_name, r.triggered_by, r.status) for r in runs] == [("cron", None, "succeeded")]
+
+
+def test_scheduled_at_is_the_aware_utc_tick(declare: Any, make_leader: Any, traces: Any) -> None:
+    declare("t.minutely", trigger=cron("* * * * *"))
+    leader = make_leader(utc(2025, 1, 1, 12, 0, 30))
+
+    leader.run_until(utc(2025, 1, 1, 12, 1, 10), step=5)
+    drain()
+
+    [tick] = traces("tick")
+    assert tick["scheduled_at"] == datetime(2025, 1, 1, 12, 1, tzinfo=UTC).isoformat()
+    assert (tick["trigger"], tick["user"]) == ("cron", None)
+
+
+def test_a_schedule_seen_first_starts_from_now(declare: Any, make_leader: Any, traces: Any) -> None:
+    declare("t.minutely", trigger=cron("* * * * *"))
+    leader = make_leader(utc(2025, 1, 1, 12, 0, 30))
+
+    leader.run_until(utc(2025, 1, 1, 12, 0, 59), step=1)
+    drain()
+
+    assert traces("tick") == []  # 12:00 and every earlier minute are in the past: never fired
+
+
+def test_missed_ticks_are_caught_up_within_the_window_and_older_ones_skipped(
+    declare: Any, make_leader: Any, traces: Any, caplog: pytest.LogCaptureFixture, settings: Any
+) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "CRON_CATCH_UP": 300}
+    declare("t.minutely", trigger=cron("* * * * *"))
+    start = utc(2025, 1, 1, 12, 0, 30)
+    leader = make_leader(start)
+
+    # No leader ran for 15 minutes: 12:01..12:15 fell due; the window keeps 12:10:30..12:15:30.
+    leader.clock.t = start + 15 * 60
+    with caplog.at_level(logging.WARNING, logger="kumiko_jobs"):
+        assert leader.planner.step(leader.token) is not None
+    drain()
+
+    assert fired_at(traces) == [f"01-01 12:{m:02d}" for m in range(11, 16)]
+    assert "skipped 10 tick(s) older than CRON_CATCH_UP (300s)" in caplog.text
+
+
+def test_skipped_count_matches_croniter(
+    declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    declare("t.every_second", trigger=cron("*/7 * * * * *"))
+    start = utc(2025, 1, 1, 12)
+    leader = make_leader(start)
+    leader.clock.t = start + 3600
+    with caplog.at_level(logging.WARNING, logger="kumiko_jobs"):
+        leader.planner.step(leader.token)
+
+    it = croniter("*/7 * * * * *", datetime(2025, 1, 1, 12), second_at_beginning=True)
+    expected = 0
+    while it.get_next(float) <= start + 3600 - 600:
+        expected += 1
+    assert f"skipped {expected} tick(s)" in caplog.text
+
+
+def test_each_tick_runs_once_across_leader_changes(declare: Any, make_leader: Any, traces: Any) -> None:
+    declare("t.minutely", trigger=cron("* * * * *"))
+    first = make_leader(utc(2025, 1, 1, 12, 0, 30), owner="a")
+    first.run_until(utc(2025, 1, 1, 12, 5, 30))
+    first.lease.release(first.token)
+
+    # A second leader (a restart, or another process) resumes from the stored cursor and fires
+    # the ticks missed meanwhile (12:06..12:08, late), then the rest on time.
+    second = make_leader(utc(2025, 1, 1, 12, 8, 30), owner="b")
+    second.run_until(utc(2025, 1, 1, 12, 10, 30))
+    drain()
+
+    assert fired_at(traces) == [f"01-01 12:{m:02d}" for m in range(1, 11)]
+    assert JobRun.objects.filter(job_name="t.minutely").count() == 10
