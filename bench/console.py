@@ -82,7 +82,7 @@ def generate_rows(prefix: str, rows: int) -> None:
 _COLUMNS = """id, job_name, tenant_id, status, attempt, max_attempts, subject, lane, job_id, trigger_name,
 triggered_by, correlation_id, payload, queued_at, started_at, finished_at, next_attempt_at, worker, error,
 traceback, logs, defer_count, fanout_count, retry_of, fanout_of, fanout_parent, tenant_visible, updated_at,
-pushed_at"""
+pushed_at, scheduled_at, zone"""
 # Only constants and integers are formatted into these (no outside input).
 _POSTGRES = (
     "INSERT INTO kumiko_jobs_jobrun ("  # noqa: S608
@@ -94,7 +94,7 @@ SELECT gen_random_uuid(), 'bench.job' || (g % {jobs}), (g % {tenants})::text,
   1, 1, NULL, CASE WHEN g % 10 = 0 THEN 'api' ELSE 'worker' END, '{prefix}-' || g, '', NULL, md5(g::text),
   '{{}}'::jsonb, t, t + interval '5 ms', CASE WHEN g % 100 IN (2, 3) THEN NULL ELSE t + interval '20 ms' END,
   NULL, '', CASE WHEN g % 100 < 2 THEN 'RuntimeError: generated failure ' || g ELSE '' END, '', '[]'::jsonb,
-  0, NULL, NULL, '', '', false, t, t
+  0, NULL, NULL, '', '', false, t, t, NULL, ''
 FROM (SELECT g, now() - make_interval(secs => ({n} - g) * {days} * 86400.0 / {n}) AS t
       FROM generate_series(1, {n}) AS g) AS s"""
 )
@@ -111,7 +111,7 @@ SELECT lower(hex(randomblob(16))), 'bench.job' || (g % {jobs}), CAST(g % {tenant
   1, 1, NULL, CASE WHEN g % 10 = 0 THEN 'api' ELSE 'worker' END, '{prefix}-' || g, '', NULL, hex(g),
   '{{}}', t, t, CASE WHEN g % 100 IN (2, 3) THEN NULL ELSE t END, NULL, '',
   CASE WHEN g % 100 < 2 THEN 'RuntimeError: generated failure ' || g ELSE '' END, '', '[]', 0, NULL, NULL,
-  '', '', 0, t, t
+  '', '', 0, t, t, NULL, ''
 FROM r"""
 )
 

@@ -1,5 +1,5 @@
 """The job catalog page: every declared job with its lane, triggers, next fire time and last
-success (``jobs list``'s catalog, cli/catalog.py), its 24-hour failure rate, and a Trigger form
+success (``jobs list``'s catalog, kumiko_jobs/catalog.py), its 24-hour failure rate, and a Trigger form
 that dispatches it through ``dispatch()``."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kumiko_jobs import lane_stats
 from kumiko_jobs.admin.access import is_operator
 from kumiko_jobs.admin.run_columns import run_url, runs_url
 from kumiko_jobs.admin.trigger_form import TriggerForm
-from kumiko_jobs.cli.catalog import job_catalog
+from kumiko_jobs.catalog import job_catalog
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.exceptions import KumikoJobsError
