@@ -43,7 +43,7 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "schedules", "console")
+SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "schedules", "observability", "console")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class Plan:
     schedules: SchedulePlan
     console_rows: int
     console_renders: int
+    # Observability compares sides a few percent apart: more rounds for a steadier median.
+    observability_rounds: int = 1
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
@@ -74,6 +76,7 @@ FULL = Plan(
     schedules=SCHEDULES_FULL,
     console_rows=1_000_000,
     console_renders=10,
+    observability_rounds=5,
 )
 QUICK = Plan(
     dispatch=200,
@@ -239,6 +242,15 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "Console: admin pages rendered by Django's test client as an operator (view, template, "
             "middleware; no network) on generated run rows and a day of Redis counters (bench/console.py)."
         )
+    if "observability" in sections:
+        from bench.observability import measure_observability
+
+        rounds = plan.observability_rounds
+        console.log(f"observability: {rounds} rounds of runjobs x {plan.worker}, with and without the SDK")
+        rates, ratios, note = measure_observability(env, plan.worker, rounds)
+        report.rates += rates
+        report.ratios += ratios
+        report.notes.append(note)
     if "peers" in sections:
         from bench.peer_rates import measure_peers
 

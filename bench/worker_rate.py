@@ -117,14 +117,16 @@ def run_ours(
     job: str = "bench.noop",
     payload: Mapping[str, Any] | None = None,
     extra_args: Sequence[str] = (),
+    child_env: Mapping[str, str] | None = None,
 ) -> Round:
     """Fill the lane with ``count`` runs of ``job``, work them off with one burst ``runjobs``
-    (plus ``extra_args``), check every run record says succeeded."""
+    (plus ``extra_args``, with ``child_env`` in its environment), check every run record says
+    succeeded."""
     job_ids = fill_lane(env, count, tag, job, **(payload or {}))
     runjobs = (*RUNJOBS, *extra_args)
     argv = runjobs if profile is None else ("-m", "cProfile", "-o", str(profile), *runjobs)
     started = time.perf_counter()
-    env.run_child(argv, timeout=_timeout(count, 20))
+    env.run_child(argv, timeout=_timeout(count, 20), **(child_env or {}))
     wall = time.perf_counter() - started
     return Round(recorded_busy_seconds(f"{env.prefix}_{tag}", len(job_ids)), wall)
 

@@ -14,7 +14,9 @@ class KumikoJobsConfig(AppConfig):
         # Importing the check modules registers the system checks.
         from kumiko_jobs import checks, rq_guard  # noqa: F401
         from kumiko_jobs.conf import get_config
+        from kumiko_jobs.scrubbing import install_log_filter
 
+        install_log_filter()
         autodiscover_modules(get_config()["JOB_MODULE"])
         # The built-in jobs (retention), whatever JOB_MODULE says.
         from kumiko_jobs import jobs  # noqa: F401

@@ -80,6 +80,12 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "BOOT_GATE_WARN_AFTER": 60,
     # Optional list of the event names emit() may fire; None accepts any name.
     "EVENTS": None,
+    # Dotted path to (text) -> text applied to error text, tracebacks and ctx.log lines before
+    # they are stored or logged (scrubbing.py); None stores them as they are.
+    "SCRUBBER": "kumiko_jobs.scrubbing.scrub_text",
+    # Copy ctx.log lines (scrubbed) to the "kumiko_jobs.jobs" logger too; they always land on
+    # the run record. Off by default: job lines can be many, and the record is their home.
+    "LOG_JOB_LINES": False,
 }
 
 

@@ -207,6 +207,7 @@ def prepared_from_meta(
         fields=fields,
         row=row,
         gates=gates,
+        meta=meta,
         run_at=run_at,
         unique=unique,
         admit=admit,

@@ -17,7 +17,7 @@ from kumiko_jobs.exceptions import MalformedJob
 from kumiko_jobs.fanout import run_fan_out
 from kumiko_jobs.jobdata import JobMeta, decode_payload
 from kumiko_jobs.lane import ClaimedJob
-from kumiko_jobs.observability import job_span
+from kumiko_jobs.observability import correlation_scope, processing, record_outcome
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import get_activator
@@ -52,11 +52,21 @@ class RecordStartAtOnce:
 def run_claimed(
     job: ClaimedJob, *, worker: str, consumer_lane: str, observer: RunObserver | None = None
 ) -> Outcome:
-    """Decode, execute and record one claimed job. Never raises for job errors."""
+    """Decode, execute and record one claimed job, inside its process span. Never raises for
+    job errors."""
     try:
         meta = JobMeta.from_json(job.meta_raw)
     except MalformedJob as exc:
         return outcomes.malformed(job.job_id, None, exc)
+    with processing(meta, job.job_id, consumer_lane) as span:
+        outcome = _route(job, meta, worker=worker, consumer_lane=consumer_lane, observer=observer)
+        record_outcome(span, outcome.counted_as)
+    return outcome
+
+
+def _route(
+    job: ClaimedJob, meta: JobMeta, *, worker: str, consumer_lane: str, observer: RunObserver | None
+) -> Outcome:
     try:
         payload = decode_payload(job.data)
     except MalformedJob as exc:
@@ -109,7 +119,7 @@ def execute(
     )
     try:
         with (
-            job_span(ctx, meta.trace, consumer_lane),
+            correlation_scope(ctx.correlation_id),
             get_activator()(meta.tenant_id),
             enforce_timeout(definition.timeout, definition.name),
         ):

@@ -62,6 +62,7 @@ class JobLoop:
                 if not self._wait_for_work(burst, outage):
                     return
                 continue
+            w.note_claim()
             finished = self._run(job, execution_id)
 
     def _run(self, job: ClaimedJob, execution_id: str) -> Finished:

@@ -203,3 +203,10 @@ def job_fields(
     if meta.limit_keys:
         pairs += ["kumiko_lk", meta.limit_keys]
     return pairs
+
+
+def with_meta(fields: list[Any], meta: JobMeta) -> list[Any]:
+    """A copy of a job hash's field/value pairs (``job_fields``) with ``meta`` replaced."""
+    copy = list(fields)
+    copy[2 * fields[::2].index("meta") + 1] = meta.to_json()
+    return copy

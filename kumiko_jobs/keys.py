@@ -37,6 +37,7 @@ FAILING_SUFFIX = "tfail:"  # sorted set: tenant -> final failures
 NO_TENANT = "-"  # the tenant field of runs without a tenant
 STATS_TTL = 26 * 3600  # 24 full hours and the current one, with a margin
 BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
+QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
@@ -52,6 +53,7 @@ local function succeeding_key(P, hour) return P .. '{SUCCEEDING_SUFFIX}' .. hour
 local function failing_key(P, hour) return P .. '{FAILING_SUFFIX}' .. hour end
 local NO_TENANT, STATS_TTL = '{NO_TENANT}', {STATS_TTL}
 local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
+local function queued_key(P) return P .. '{QUEUED_SUFFIX}' end
 """
 
 
@@ -133,6 +135,10 @@ class Keys:
 
     def broken_flows(self, lane: str) -> str:
         return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
+    def queued_count(self, lane: str) -> str:
+        """How many ids the lane's flows hold, kept by the lane scripts (count_queued)."""
+        return f"{self.lane(lane)}{QUEUED_SUFFIX}"
 
     # Our own keys ------------------------------------------------------------------------
     @property

@@ -104,3 +104,9 @@ def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) ->
         keys=[keys.scheduled(lane), keys.queue(lane)], args=argv(args)
     )
     return float(next_due) if next_due is not None else None
+
+
+def count_claims(client: redis.Redis, keys: Keys, lane: str, claimed: int) -> None:
+    """Take ``claimed`` ids off the lane's queued count (see lua/common.lua: count_queued)."""
+    if claimed:
+        client.decrby(keys.queued_count(lane), claimed)

@@ -84,8 +84,8 @@ class JobRun(models.Model):
             models.Index(fields=("status", "-queued_at"), name="kj_run_status"),
             # Also retention's walk over the oldest runs (retention.py), so pruning adds no index.
             models.Index(fields=("-queued_at",), name="kj_run_queued_at"),
-            # A chain of runs (ctx.dispatch keeps the correlation id) and a request's jobs.
-            models.Index(fields=("correlation_id",), name="kj_run_correlation"),
+            # The runs of one request (CorrelationMiddleware) or chain: the admin's correlation filter.
+            models.Index(fields=("correlation_id", "-queued_at"), name="kj_run_correlation"),
             # Partial: only rows of their kind pay for these.
             models.Index(
                 fields=("tenant_id", "-queued_at"),

@@ -24,6 +24,8 @@ from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
 from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.observability import record_failure
+from kumiko_jobs.scrubbing import scrub
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -101,8 +103,10 @@ def failed_attempt(
 ) -> Outcome:
     """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
     now = datetime.now(UTC)
-    message = f"{exc.__class__.__name__}: {exc}"
-    trace_text = "".join(tb.format_exception(exc))
+    # Scrubbed before anything stores or logs them: run record, Redis, span, log line.
+    message = scrub(f"{exc.__class__.__name__}: {exc}")
+    trace_text = scrub("".join(tb.format_exception(exc)))
+    record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts
     final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
     logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
@@ -173,7 +177,7 @@ def deferred(
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
     records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
-    run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at)
+    run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
     _announce_start(meta, job_id, start)
     run_events.deferred(meta, job_id)
     next_meta = dataclasses.replace(meta, defers=meta.defers + 1)
@@ -232,7 +236,7 @@ def held_back(
     next_at = now + timedelta(milliseconds=delay_ms)
     job_id = start.job_id
     records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
-    run_events.attempt_ended(meta, job_id, "requeued")
+    run_events.attempt_ended(meta, job_id, "requeued", deferral="over_cap")
     next_meta = dataclasses.replace(meta, cap_defers=cap_defers)
     return Outcome(
         "retry",
@@ -252,14 +256,14 @@ def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome
     if now.timestamp() - first_seen >= float(config["UNKNOWN_JOB_GRACE"]):
         return failed_attempt(None, job_id, meta, UnknownJob(job_name, []), [])
     delay = float(config["UNKNOWN_JOB_RETRY_DELAY"])
-    message = (
+    message = scrub(
         f"Unknown job {job_name!r} on worker of this deploy; retrying in {delay:g}s "
         f"(gives up {config['UNKNOWN_JOB_GRACE']}s after first seen)."
     )
     line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
     next_at = now + timedelta(seconds=delay)
     records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
-    run_events.attempt_ended(meta, job_id, "requeued", error=message)
+    run_events.attempt_ended(meta, job_id, "requeued", error=message, deferral="unknown_job")
     next_meta = dataclasses.replace(meta, unknown_since=first_seen)
     return Outcome(
         "retry",
@@ -281,7 +285,7 @@ def recorded_outcome(definition: JobDefinition | None, meta: JobMeta, status: st
 
 def malformed(job_id: str, run_id: str | None, exc: MalformedJob, release: Release = Release()) -> Outcome:
     """Data that is not a kumiko job: fail it into the failed registry, never run it."""
-    message = f"Malformed job data, cannot run it: {exc}"
+    message = scrub(f"Malformed job data, cannot run it: {exc}")
     logger.error("kumiko_jobs: %s job_id=%s", message, job_id)
     now = datetime.now(UTC)
     records.safe(records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message)

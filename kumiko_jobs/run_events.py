@@ -1,5 +1,5 @@
 """What is said when a run changes state: one process log line per finished attempt (never the
-payload) and the lifecycle signals of ``kumiko_jobs.signals``.
+payload), the attempt's metrics (metrics.py), and the lifecycle signals of ``kumiko_jobs.signals``.
 
 Called after the run's record is written, in the process where the change happened: the
 outcome policy (outcomes.py) for attempts, dispatching.py for queued and dropped runs, the
@@ -17,8 +17,8 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from kumiko_jobs import signals
-from kumiko_jobs.conf import get_config, import_setting
+from kumiko_jobs import metrics, signals
+from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.signals import RunInfo
@@ -36,12 +36,19 @@ def attempt_ended(
     started_at: datetime | None = None,
     final: bool = False,
     error: str | None = None,
+    deferral: str | None = None,
 ) -> None:
-    """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt."""
+    """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt (``error``
+    is scrubbed text) and record its metrics; ``deferral`` says why a run was put back without
+    using an attempt (handler, over_cap, unknown_job)."""
+    seconds = (datetime.now(UTC) - started_at).total_seconds() if started_at else None
+    metrics.attempt_ended(meta.job_name, outcome, seconds, wrapper=wrapped_job(meta.job_name) is not None)
+    if deferral is not None:
+        metrics.deferrals.add(1, {"job": meta.job_name, "reason": deferral})
     level = _LEVELS.get(outcome, logging.WARNING if error else logging.INFO)
     if not logger.isEnabledFor(level):
         return
-    duration_ms = (datetime.now(UTC) - started_at).total_seconds() * 1000 if started_at else None
+    duration_ms = seconds * 1000 if seconds is not None else None
     logger.log(
         level,
         "%s %s run=%s tenant=%s attempt=%d/%d %s%s",
@@ -78,9 +85,10 @@ def succeeded(meta: JobMeta, job_id: str) -> None:
 
 
 def failed(meta: JobMeta, job_id: str, *, final: bool, error: str) -> None:
-    """An attempt failed; the message travels only with the final failure."""
+    """An attempt failed; the message (already scrubbed by the outcome policy, as stored on the
+    run) travels only with the final failure."""
     status = RunStatus.FAILED if final else RunStatus.QUEUED
-    _announce(signals.job_failed, meta, job_id, status, error=scrubbed(error) if final else None, final=final)
+    _announce(signals.job_failed, meta, job_id, status, error=error if final else None, final=final)
 
 
 def deferred(meta: JobMeta, job_id: str) -> None:
@@ -102,22 +110,8 @@ def dropped(rows: Iterable[JobRun]) -> None:
             _send(signals.job_dropped, _info_of_row(row, RunStatus.DROPPED))
 
 
-def failed_rows(rows: Iterable[JobRun], *, error: str) -> None:
-    """Runs that failed for good without an attempt (recorded in a transaction, never pushed)."""
-    for row in rows:
-        if _listened(signals.job_failed, row.job_name):
-            _send(signals.job_failed, _info_of_row(row, RunStatus.FAILED, error=scrubbed(error)), final=True)
-
-
 # The fields a row needs for RunInfo (callers that load rows for dropped() use ``only()``).
 DROPPED_FIELDS = ("id", "job_id", "job_name", "tenant_id", "attempt", "max_attempts", "lane")
-
-
-def scrubbed(text: str) -> str:
-    """The one place a RunInfo's error text is scrubbed: ``KUMIKO_JOBS["SCRUBBER"]``, a dotted
-    path ``(text) -> text``, when the project configures one."""
-    scrubber = import_setting("SCRUBBER") if "SCRUBBER" in get_config() else None
-    return str(scrubber(text)) if scrubber is not None else text
 
 
 def _announce(signal: Signal, meta: JobMeta, job_id: str, status: str, **extra: Any) -> None:

@@ -35,6 +35,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Jobs dispatched during a request carry its X-Request-ID (or a new id) as correlation id.
+    "kumiko_jobs.middleware.CorrelationMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -107,3 +109,8 @@ KUMIKO_JOBS: dict[str, Any] = {
 
 # No LOGGING: Django's default. runjobs gives itself timestamped output on stderr (-v 0..3);
 # a project that configures the kumiko_jobs logger keeps its own (worker_logging.py).
+
+# OpenTelemetry of the demo (project/telemetry.py): what is exported when the standard OTEL_*
+# variables do not say. Spans go to stdout (the demo's workers write them to their logs), metrics
+# are served for Prometheus at /metrics. The kumiko_jobs package needs only opentelemetry-api.
+DEMO_TELEMETRY = {"traces": "console", "metrics": "prometheus"}

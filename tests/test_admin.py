@@ -96,7 +96,7 @@ def test_changelist_html_shows_columns_and_filters(
     assert "Delete selected" not in html
     assert "5 job runs" in html
     assert 'id="searchbar"' in html
-    assert "Exact job id or run id." in html
+    assert "Exact job id, run id or correlation id." in html
     assert "date-hierarchy" in html or "xfull" in html
 
 

@@ -41,6 +41,10 @@ ROWS = (
     "20 ms: Dramatiq 1x8",
     "20 ms: Celery threads 8",
     "20 ms: rq SimpleWorker",
+    "runjobs, no OpenTelemetry SDK",
+    "runjobs, SDK without exporter",
+    "runjobs, SDK exporting",
+    "runjobs CPU per job: without SDK / with SDK (no exporter)",
 )
 # runjobs' rows name its concurrency: 1x8 once it has --threads, else one thread, said so in
 # the rate rows (whose label cell ends there: "\s+│").

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -24,7 +25,7 @@ from django.utils.safestring import SafeString
 from kumiko_jobs.admin import run_columns
 from kumiko_jobs.admin.access import STAFF_RUN_FIELDS, is_operator, staff_tenant_id, tenant_names
 from kumiko_jobs.admin.changelist import CappedCountPaginator, RunChangeList, RunQuerySet
-from kumiko_jobs.admin.filters import JobNameFilter, LaneFilter, TenantFilter
+from kumiko_jobs.admin.filters import CorrelationFilter, JobNameFilter, LaneFilter, TenantFilter
 from kumiko_jobs.admin.run_actions import cancel_queued_runs, retry_failed_runs
 from kumiko_jobs.models import JobRun
 
@@ -54,14 +55,14 @@ else:
 class JobRunAdmin(_ModelAdmin):
     list_display = (
         "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "duration", "error_summary",
-        "related",
+        "correlation", "related",
     )  # fmt: skip
     staff_list_display = ("status_badge", "job_name", "subject", "queued_at", "started_at", "finished_at")
     list_display_links = ("job_name",)
-    list_filter = ("status", JobNameFilter, LaneFilter, TenantFilter)
+    list_filter = ("status", JobNameFilter, LaneFilter, TenantFilter, CorrelationFilter)
     # Exact lookups only, so each uses an index; a term that is not a UUID skips the id.
-    search_fields = ("job_id__exact", "id__exact")
-    search_help_text = "Exact job id or run id."
+    search_fields = ("job_id__exact", "id__exact", "correlation_id__exact")
+    search_help_text = "Exact job id, run id or correlation id."
     date_hierarchy = "queued_at"
     ordering = ("-queued_at",)
     # Sorting by any other column would sort the whole table to show one page.
@@ -112,6 +113,7 @@ class JobRunAdmin(_ModelAdmin):
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Tenant staff see one tenant only: a tenant filter would list the others.
+        # Staff: nothing that is not theirs to see (a correlation id is not).
         return self.list_filter if is_operator(request) else ("status", JobNameFilter)
 
     def get_search_fields(self, request: HttpRequest) -> Any:
@@ -183,6 +185,15 @@ class JobRunAdmin(_ModelAdmin):
     @admin.display(description="related runs")
     def related_runs(self, run: JobRun) -> SafeString:
         return run_columns.related_runs(run)
+
+    @admin.display(description="correlation")
+    def correlation(self, run: JobRun) -> SafeString | str:
+        # A link to every run of the same request or chain; the id is long, the cell short.
+        if not run.correlation_id:
+            return "-"
+        query = urlencode({CorrelationFilter.parameter_name: run.correlation_id})
+        short = run.correlation_id if len(run.correlation_id) <= 12 else f"{run.correlation_id[:10]}…"
+        return format_html('<a href="?{}" title="{}">{}</a>', query, run.correlation_id, short)
 
     @admin.display(description="traceback")
     def traceback_text(self, run: JobRun) -> SafeString | str:

@@ -36,6 +36,7 @@ POSITIVE_NUMBERS = (
 )
 MIN_RETENTION = 3600
 Problem = tuple[str, str, str]  # message, hint, id suffix
+SCRUBBER_PROBE = "ValueError: could not reach https://user:secret@example.com for ann@example.com"
 
 
 @register(Tags.compatibility, "kumiko_jobs")
@@ -188,6 +189,47 @@ def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _scrubber(config: dict[str, Any]) -> Iterator[Problem]:
+    value = config["SCRUBBER"]
+    if value is None:
+        return
+    try:
+        scrubber = import_string(value) if isinstance(value, str) else value
+    except ImportError as exc:
+        scrubber, problem = None, str(exc)
+    else:
+        problem = "" if callable(scrubber) else "it is not callable"
+    if scrubber is None or problem:
+        yield (
+            f"KUMIKO_JOBS['SCRUBBER'] = {value!r} cannot be used: {problem}.",
+            "Give the dotted path of a (text) -> text function, e.g. the default "
+            "'kumiko_jobs.scrubbing.scrub_text', or None to store error text as it is.",
+            "E401",
+        )
+        return
+    try:
+        result = scrubber(SCRUBBER_PROBE)
+    except Exception as exc:
+        result = exc
+    if not isinstance(result, str):
+        yield (
+            f"KUMIKO_JOBS['SCRUBBER'] = {value!r} does not turn text into text: given a sample error "
+            f"message it {'raised' if isinstance(result, Exception) else 'returned'} {result!r:.80}.",
+            "The scrubber gets one str and must return a str (the scrubbed text).",
+            "E402",
+        )
+
+
+def _log_job_lines(config: dict[str, Any]) -> Iterator[Problem]:
+    if not isinstance(config["LOG_JOB_LINES"], bool):
+        yield (
+            f"KUMIKO_JOBS['LOG_JOB_LINES'] = {config['LOG_JOB_LINES']!r} must be True or False.",
+            "True copies ctx.log lines (scrubbed) to the 'kumiko_jobs.jobs' logger; the default False "
+            "keeps them on the run record only.",
+            "E403",
+        )
+
+
 _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _queue_prefix,
     _hooks,
@@ -202,4 +244,6 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _job_module,
     _retention,
     *SCHEDULE_RULES,
+    _scrubber,
+    _log_job_lines,
 )

@@ -10,9 +10,18 @@ local function running_count(P, flow)
   return tonumber(redis.call('HGET', running_key(P), counter_of(flow)) or '0')
 end
 
+-- The lane's count of ids held in its flows (queued depth, read in O(1) by metrics). Every id
+-- added to a flow counts here; the ids workers claim are taken off in batches, once a second
+-- per worker process (lane.count_claims), so the per-job claim pays no extra command; an idle
+-- lane resets it (see claim), which heals any drift.
+local function count_queued(P, n)
+  if n ~= 0 then redis.call('INCRBY', queued_key(P), n) end
+end
+
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
 local function push_flow(P, flow, id, front)
   if front then redis.call('LPUSH', flow_key(P, flow), id) else redis.call('RPUSH', flow_key(P, flow), id) end
+  count_queued(P, 1)
   if redis.call('HGET', state_key(P), flow) then return end
   local cap = cap_of(flow)
   if cap and running_count(P, flow) >= cap then
@@ -100,6 +109,7 @@ local function drop_waiting(P, active, flow)
     dropped[#dropped + 1] = old
   end
   redis.call('DEL', flow_key(P, flow))
+  count_queued(P, -#dropped)
   return dropped
 end
 
@@ -157,7 +167,11 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
     local flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     if not flow then
       -- Idle lane: pick up anything stock RQ pushed onto the plain list, then look once more.
-      if sweep(P, plain, 100) == 0 then return false end
+      if sweep(P, plain, 100) == 0 then
+        -- No flow holds work: the queued count is 0 (heals any drift, e.g. keys deleted by hand).
+        if redis.call('HLEN', state_key(P)) == 0 then redis.call('DEL', queued_key(P)) end
+        return false
+      end
       flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
       if not flow then return false end
     end

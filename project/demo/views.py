@@ -1,54 +1,39 @@
-"""A tenant's own "recent jobs and problems" page: the pattern a SaaS copies into its UI.
-
-It reads only ``tenant_runs()`` and ``tenant_failures()``, which hold no payload, error text or
-log line, and turns message keys into the tenant's words. Access: the tenant's members, and
-operators (superusers) for any tenant.
-"""
+"""Demo views: one that dispatches a job from a request (its trace and correlation id reach the
+run), and the Prometheus scrape endpoint of the web process."""
 
 from __future__ import annotations
 
-from typing import Any
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.views.decorators.http import require_GET, require_POST
 
-from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
-
-from kumiko_jobs import tenant_failures, tenant_runs
-from kumiko_jobs.tenant_history import parse_subject
+from kumiko_jobs import dispatch
+from project import telemetry
 from project.demo.models import Tenant
-from project.demo.tenants import tenant_of_user
-
-SHOWN = 50
-# What the tenant reads for each job and message key (a real project would use gettext).
-JOB_LABELS = {"demo.flaky_sync": "Partner sync", "demo.always_fails": "Invoice export"}
-MESSAGES = {
-    "demo.export_failed": "The export could not be produced. Our team has been told; no action needed."
-}
-UNKNOWN_KEY = "Something went wrong; our team has been told."
-STATUS_LABELS = {
-    "queued": "Waiting", "running": "Running", "succeeded": "Done", "failed": "Failed", "deferred": "Waiting",
-}  # fmt: skip
 
 
-@login_required
-def tenant_jobs(request: HttpRequest, slug: str) -> HttpResponse:
-    tenant = get_object_or_404(Tenant, slug=slug)
-    user: Any = request.user
-    if not user.is_superuser and tenant_of_user(user) != tenant.pk:
-        raise Http404("No such tenant.")  # not 403: the page does not say which tenants exist
-    runs = [
-        {**run, "label": JOB_LABELS.get(run["job_name"], run["job_name"]), "about": _about(run["subject"]),
-         "state": STATUS_LABELS.get(run["status"], run["status"])}
-        for run in tenant_runs(tenant)[:SHOWN]
-    ]  # fmt: skip
-    problems = [
-        {**failure, "label": JOB_LABELS.get(failure["job_name"], failure["job_name"]),
-         "about": _about(failure["subject"]), "text": MESSAGES.get(failure["message_key"], UNKNOWN_KEY)}
-        for failure in tenant_failures(tenant)[:SHOWN]
-    ]  # fmt: skip
-    return render(request, "demo/tenant_jobs.html", {"tenant": tenant, "runs": runs, "problems": problems})
+@require_POST
+def write_note(request: HttpRequest, slug: str) -> JsonResponse:
+    """``POST /demo/<tenant slug>/notes/`` (``text``): dispatch ``demo.write_note`` for the tenant.
+
+    Inside ``atomic()``, as a view that also writes its own rows would: the job reaches Redis
+    when the transaction commits, and its send span is made then, under this request's span.
+    """
+    tenant = get_object_or_404(Tenant, slug=slug, active=True)
+    text = request.POST.get("text", "hello")[:200]
+    user = request.user if request.user.is_authenticated else None
+    with transaction.atomic():
+        result = dispatch("demo.write_note", {"text": text}, tenant=tenant, user=user)
+    return JsonResponse(
+        {"run_id": result.run_id, "job_id": result.job_id, "correlation_id": request.correlation_id},  # type: ignore[attr-defined]
+        status=202,
+    )
 
 
-def _about(subject: str | None) -> str:
-    values = parse_subject(subject) or {}
-    return ", ".join(f"#{value}" if name == "seq" else f"{name} {value}" for name, value in values.items())
+@require_GET
+def prometheus_metrics(request: HttpRequest) -> HttpResponse:
+    """This web process's metrics (queue depth included) for a Prometheus scrape. A deployment
+    serves this on an internal port or behind authentication, not to the public."""
+    body, content_type = telemetry.prometheus_text()
+    return HttpResponse(body, content_type=content_type)

@@ -445,3 +445,21 @@ def gate_slow(payload: dict[str, Any], ctx: JobContext) -> None:
 @_declare("gate_defer", boot_gate=True)
 def gate_defer(payload: dict[str, Any], ctx: JobContext) -> Any:
     return ctx.defer(100)
+
+
+# --- scrubbing (tests/test_scrubbing.py, tests/test_observability.py) ---------------------------
+
+# Fake personal data and secrets the scrubber must remove.
+SECRET_TEXT = (
+    "mail ann@example.com, header Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig, "
+    "dsn postgres://app:hunter2@db.internal:5432/prod, card 4111 1111 1111 1111"
+)
+FAKE_TOKEN = "Bearer abcdefgh12345678"
+
+
+@job(name="tests.raise_secret")
+def raise_secret(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Logs and raises text full of personal data and secrets (it must be scrubbed)."""
+    ctx.log.info("working for %s", "ann@example.com")
+    ctx.log.child(token=FAKE_TOKEN).warning("retrying with card 5555-5555-5555-4444")
+    raise ValueError(SECRET_TEXT)
