@@ -133,6 +133,7 @@ def fill_redis(env: BenchEnv) -> None:
             pipe.hset(keys.stats(lane, h), mapping=counts)
             pipe.zadd(keys.succeeding_tenants(lane, h), {str(t): 3 for t in range(TENANTS)})
             pipe.zadd(keys.failing_tenants(lane, h), {str(t): 1 for t in range(0, TENANTS, 17)})
+        pipe.set(keys.queued_count(lane), 500 * 20)
         for tenant in range(500):
             flow = f"t|{tenant}"
             pipe.hset(keys.flow_states(lane), flow, "r")

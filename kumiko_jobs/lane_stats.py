@@ -3,8 +3,8 @@
 The admin console's counts come from here, so a page load costs a few pipelined Redis reads
 whatever the size of the run table: no COUNT(*) over it.
 
-- *Now*: queued = the lengths of the flows that hold work (O(flows with work)) plus RQ's plain
-  list; scheduled, running and kept failures = the sizes of RQ's registries. Per tenant, queued
+- *Now*: a lane's queued, scheduled, running and kept failures come from metrics.lane_depths
+  (a counter and the sizes of RQ's registries, O(1)). Per tenant, queued
   runs come from tenant-named flows (flows.tenant_of_flow), running ones from the started
   registry (at most the number of busy workers), scheduled ones from the scheduled set while it
   holds at most ``ATTRIBUTE_SCHEDULED`` jobs (above that the per-tenant figure is unknown).
@@ -29,6 +29,7 @@ from rq.utils import as_text
 
 from kumiko_jobs.flows import tenant_of_flow
 from kumiko_jobs.keys import LANES, NO_TENANT, Keys
+from kumiko_jobs.metrics import lane_depths
 from kumiko_jobs.registry import registry
 
 HOURS = 24
@@ -66,16 +67,9 @@ def current_hour(now: float | None = None) -> int:
 
 
 def lane_depth(client: redis.Redis, keys: Keys, lane: str) -> Depth:
-    flows = [as_text(flow) for flow in client.hkeys(keys.flow_states(lane))]
-    pipe = client.pipeline(transaction=False)
-    pipe.llen(keys.queue(lane))
-    for flow in flows:
-        pipe.llen(keys.flow(lane, flow))
-    pipe.zcard(keys.scheduled(lane))
-    pipe.zcard(keys.started(lane))
-    pipe.zcard(keys.failed(lane))
-    *lengths, scheduled, running, failed = (int(n) for n in pipe.execute())
-    return Depth(sum(lengths), scheduled, running, failed)
+    """The lane's queued, scheduled, running and kept-failed counts (metrics.lane_depths: O(1))."""
+    depth = lane_depths(client, keys, (lane,))[lane]
+    return Depth(depth["queued"], depth["scheduled"], depth["running"], depth["failed"])
 
 
 def tenant_depths(client: redis.Redis, keys: Keys, lane: str) -> dict[str | None, TenantDepth]:
