@@ -62,7 +62,8 @@ job_dropped = JobSignal()
 class RunInfo:
     """What a receiver learns about the run: never its payload.
 
-    ``error`` is the final failure's message (scrubbed when a scrubber is configured), else None.
+    ``error`` is the final failure's message (scrubbed by ``SCRUBBER``, as stored on the run),
+    else None.
     """
 
     run_id: str
