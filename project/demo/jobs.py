@@ -31,7 +31,7 @@ def write_note(payload: dict[str, Any], ctx: JobContext) -> None:
     ctx.log.info("wrote note %s for tenant %s", note.pk, ctx.tenant_id)
 
 
-# The tenant sees these runs on its own "recent jobs and problems" page (project/demo/views.py):
+# The tenant sees these runs on its own "recent jobs and problems" page (project/demo/tenant_views.py):
 # status and times per sync, never the payload or the error text.
 SYNC_SEEN_BY_TENANT = TenantVisibleRun(subject_fields=("seq",))
 
