@@ -93,6 +93,11 @@ class Keys:
     def scheduled(self, lane: str) -> str:
         return f"rq:scheduled:{self.queue_name(lane)}"
 
+    def outcome_registries(self, lane: str) -> list[str]:
+        """KEYS of the scripts that finish attempts: started, finished, failed, scheduled, and
+        the active-limits hash (lua/finish_and_claim.lua, lua/reap.lua)."""
+        return [self.started(lane), self.finished(lane), self.failed(lane), self.scheduled(lane), self.active]
+
     @staticmethod
     def job(job_id: str) -> str:
         return f"{RQ_JOB_PREFIX}{job_id}"

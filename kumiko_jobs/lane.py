@@ -13,7 +13,7 @@ from rq.utils import utcformat
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
-from kumiko_jobs.scripts import FinishAndClaimArgs, PromoteArgs, argv, scripts_for
+from kumiko_jobs.scripts import NO_ENDING, Ending, FinishAndClaimArgs, PromoteArgs, argv, scripts_for
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,29 @@ class Claim:
     deadline: float
 
 
+def ending_of(outcome: Outcome) -> Ending:
+    """An attempt's outcome as the finishing scripts take it."""
+    release = outcome.release
+    return Ending(
+        kind=outcome.kind,
+        ttl=outcome.ttl,
+        retry_at=outcome.retry_at,
+        meta=outcome.meta,
+        exc_info=outcome.exc_info,
+        flow=release.flow,
+        limit_keys=release.limit_keys,
+        current_flow=release.current_flow,
+    )
+
+
 def finish_and_claim(
     client: redis.Redis, keys: Keys, lane: str, finished: Finished | None = None, claim: Claim | None = None
 ) -> ClaimedJob | None:
     """Tell Redis how an attempt ended and/or claim the next job, in one round trip. The call
     also carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
     now = datetime.now(UTC)
-    outcome = finished.outcome if finished else None
-    release = outcome.release if outcome else None
-    if outcome is not None:
+    if finished is not None:
+        outcome = finished.outcome
         tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, now.timestamp())
     counts = tally.take(lane, force=claim is None)
     args = FinishAndClaimArgs(
@@ -60,34 +74,19 @@ def finish_and_claim(
         worker=claim.worker if claim else "",
         deadline=claim.deadline if claim else 0.0,
         job_id=finished.job_id if finished else "",
-        kind=outcome.kind if outcome else "",
         member=finished.member if finished else "",
-        ttl=outcome.ttl if outcome else 0,
-        retry_at=outcome.retry_at if outcome else 0.0,
-        meta=outcome.meta if outcome else "",
-        exc_info=outcome.exc_info if outcome else b"",
         claim="1" if claim else "",
         execution_id=claim.execution_id if claim else "",
         lane_prefix=keys.lane(lane),
-        flow=release.flow if release else "",
-        limit_keys=release.limit_keys if release else "",
-        current_flow=release.current_flow if release else "",
         counts=len(counts) // 5,
     )
+    ending = ending_of(finished.outcome) if finished else NO_ENDING
     try:
         raw = scripts_for(client).finish_and_claim(
-            keys=[
-                keys.started(lane),
-                keys.finished(lane),
-                keys.failed(lane),
-                keys.scheduled(lane),
-                keys.active,
-                keys.queue(lane),
-            ],
-            args=argv(args, *counts),
+            keys=[*keys.outcome_registries(lane), keys.queue(lane)], args=argv(args, *ending, *counts)
         )
     except redis.RedisError:
-        tally.give_back(lane, counts)
+        tally.give_back(lane, counts)  # counted with the next call
         raise
     if not raw:
         return None

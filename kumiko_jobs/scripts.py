@@ -46,28 +46,37 @@ class EnqueueArgs(NamedTuple):
     restore: str  # '1': a lost hash of a run that may still wait in its flow (no second entry)
 
 
+class Ending(NamedTuple):
+    """How an attempt ended, as the common.lua ``finish`` helper takes it: the trailing ARGV of
+    lua/finish_and_claim.lua and lua/reap.lua (``ending(ARGV, first)`` unpacks it there)."""
+
+    kind: str  # OutcomeKind, '' when nothing finished
+    ttl: int
+    retry_at: float
+    meta: str  # new job meta ('' keeps it)
+    exc_info: bytes
+    flow: str  # the run's flow (frees its cap slot)
+    limit_keys: str  # the run's skip limits
+    current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
+
+
+NO_ENDING = Ending("", 0, 0.0, "", b"", "", "", "")
+
+
 class FinishAndClaimArgs(NamedTuple):
-    """ARGV of lua/finish_and_claim.lua; ``counts`` entries of (hour, outcome, count, job, tenant)
-    follow."""
+    """ARGV of lua/finish_and_claim.lua; an Ending follows, then ``counts`` entries of ended-
+    attempt counts (hour, outcome, count, job, tenant: outcome_counts.py)."""
 
     now: float
     now_iso: str
     worker: str
     deadline: float  # lease of the claimed run
     job_id: str  # the finished run ('' when nothing finished)
-    kind: str  # OutcomeKind, '' when nothing finished
     member: str  # the finished run's lease member in the started registry
-    ttl: int
-    retry_at: float
-    meta: str  # new job meta ('' keeps it)
-    exc_info: bytes
     claim: str  # '1': claim the next job
     execution_id: str
     lane_prefix: str
-    flow: str  # the finished run's flow (frees its cap slot)
-    limit_keys: str  # the finished run's skip limits
-    current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
-    counts: int  # entries of ended-attempt counts that follow (outcome_counts.py), 5 items each
+    counts: int
 
 
 class PromoteArgs(NamedTuple):
@@ -86,21 +95,13 @@ class HeartbeatArgs(NamedTuple):
 
 
 class ReapArgs(NamedTuple):
-    """ARGV of lua/reap.lua: an abandoned run's lease member and how its attempt ends."""
+    """ARGV of lua/reap.lua: an abandoned run's lease member; an Ending follows."""
 
     now: float
     now_iso: str
     member: str
     job_id: str
-    kind: str
-    ttl: int
-    retry_at: float
-    meta: str
-    exc_info: bytes
     lane_prefix: str
-    flow: str
-    limit_keys: str
-    current_flow: str
 
 
 class CancelArgs(NamedTuple):
@@ -138,9 +139,9 @@ class LaneScripts:
         self.enqueue_many: Script = client.register_script(_lane_script("enqueue_many"))
         self.finish_and_claim: Script = client.register_script(_lane_script("finish_and_claim"))
         self.promote: Script = client.register_script(_lane_script("promote"))
-        self.cancel: Script = client.register_script(_lane_script("cancel"))
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
         self.reap: Script = client.register_script(_lane_script("reap"))
+        self.cancel: Script = client.register_script(_lane_script("cancel"))
         self.requeue: Script = client.register_script(_lane_script("requeue"))
 
 

@@ -16,9 +16,15 @@ from kumiko_jobs.lane import Claim, Finished, count_claims, finish_and_claim
 from kumiko_jobs.metrics import lane_depths
 from kumiko_jobs.registry import registry
 from kumiko_jobs.testing import drain
-from tests.otel import metric_unit, points, value
+from tests.otel import install_sdk, metric_unit, points, value
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def sdk() -> None:
+    # Before the test's jobs run: what is recorded before the SDK exists goes nowhere.
+    install_sdk()
 
 
 def counted(name: str, **attributes: str) -> float:

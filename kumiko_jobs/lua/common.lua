@@ -113,9 +113,18 @@ local function drop_waiting(P, active, flow)
   return dropped
 end
 
--- Record how an attempt ended (kinds: see scripts.py). The caller has taken the run out of the
--- started registry. R: the registries {finished, failed, scheduled, active}.
-local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_info, flow, limit_keys, current)
+-- A scripts.Ending starting at ARGV[first], as a table.
+local function ending(args, first)
+  local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current = unpack(args, first, first + 7)
+  return {kind = kind, ttl = ttl, retry_at = retry_at, meta = meta, exc_info = exc_info, flow = flow,
+          limit_keys = limit_keys, current = current}
+end
+
+-- Record how an attempt ended (e: an ending; kinds: see scripts.py). The caller has taken the run
+-- out of the started registry. R: the registries {finished, failed, scheduled, active}.
+local function finish(P, R, id, now, now_iso, e)
+  local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current =
+    e.kind, e.ttl, e.retry_at, e.meta, e.exc_info, e.flow, e.limit_keys, e.current
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   local jk = job_key(id)
