@@ -43,7 +43,17 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "tasks", "workers", "commands", "tenancy", "peers", "schedules", "observability")
+SECTIONS = (
+    "dispatch",
+    "tasks",
+    "workers",
+    "commands",
+    "tenancy",
+    "peers",
+    "schedules",
+    "observability",
+    "console",
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class Plan:
     tenancy: Sizes
     peers: PeerSizes
     schedules: SchedulePlan
+    console_rows: int
+    console_renders: int
     # Observability compares sides a few percent apart: more rounds for a steadier median.
     observability_rounds: int = 1
 
@@ -72,6 +84,8 @@ FULL = Plan(
     tenancy=TENANCY_FULL,
     peers=PEERS_FULL,
     schedules=SCHEDULES_FULL,
+    console_rows=1_000_000,
+    console_renders=10,
     observability_rounds=5,
 )
 QUICK = Plan(
@@ -83,6 +97,8 @@ QUICK = Plan(
     tenancy=TENANCY_QUICK,
     peers=PEERS_QUICK,
     schedules=SCHEDULES_QUICK,
+    console_rows=20_000,
+    console_renders=3,
 )
 
 
@@ -236,6 +252,14 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "the measured runs go through dispatch() (fan-out: run_fan_out). Latency = the run's "
             "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
             "burst run each, not the median of rounds."
+        )
+    if "console" in sections:
+        from bench.console import measure_console
+
+        report.console += measure_console(env, plan.console_rows, plan.console_renders, console)
+        report.notes.append(
+            "Console: admin pages rendered by Django's test client as an operator (view, template, "
+            "middleware; no network) on generated run rows and a day of Redis counters (bench/console.py)."
         )
     if "observability" in sections:
         from bench.observability import measure_observability

@@ -20,6 +20,9 @@ class KumikoJobsConfig(AppConfig):
 
         install_log_filter()
         autodiscover_modules(get_config()["JOB_MODULE"])
+        # The built-in jobs (retention), whatever JOB_MODULE says.
+        from kumiko_jobs import jobs  # noqa: F401
+
         rq_guard.install()
         if apps.is_installed("django_rq"):
             from kumiko_jobs.dashboard import checks as dashboard_checks  # noqa: F401

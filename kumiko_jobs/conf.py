@@ -64,6 +64,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # Largest payload dispatch() accepts, as encoded JSON: a job hash lives in Redis memory and
     # its row in the run table, so large data belongs in storage and its id in the payload.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Seconds finished runs (and their tenant failure records) and escape-hatch audits are
+    # kept; older ones are pruned daily (retention.py). Queued, running and deferred runs never.
+    "RUN_RETENTION": 30 * 24 * 3600,
+    "AUDIT_RETENTION": 90 * 24 * 3600,
     # Schedules (kumiko_jobs/scheduling). Dotted path to (tenant_id) -> IANA zone name, for
     # cron(..., tz="tenant"); None puts every tenant in UTC.
     "TENANT_TIMEZONE": None,

@@ -8,11 +8,12 @@ runner (task_execution.py) enforces its task's timeout itself, its function may 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kumiko_jobs import outcomes, records
+from kumiko_jobs import outcomes, records, run_events
 from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
@@ -32,11 +33,13 @@ from kumiko_jobs.timeouts import enforce_timeout
 
 class RunObserver(Protocol):
     """How a worker records that a run started: ``started`` when it does, ``finishing`` right
-    before its outcome is written (nothing may record the start after that)."""
+    before its outcome is written (nothing may record the start after that). ``finishing``
+    says whether the start was recorded (and job_started sent) on its own; if not, the outcome
+    write records it and the outcome policy announces it."""
 
     def started(self, meta: JobMeta, start: records.Started) -> None: ...
 
-    def finishing(self) -> None: ...
+    def finishing(self) -> bool: ...
 
 
 class RecordStartAtOnce:
@@ -47,9 +50,10 @@ class RecordStartAtOnce:
             records.mark_running, meta=meta, job_id=start.job_id, payload=start.payload, worker=start.worker,
             now=start.at,
         )  # fmt: skip
+        run_events.started(meta, start.job_id)
 
-    def finishing(self) -> None:
-        pass
+    def finishing(self) -> bool:
+        return True
 
 
 def run_claimed(
@@ -134,7 +138,8 @@ def execute(
         # second SIGTERM lands here too: the attempt fails, and the worker stops after it.)
         error = exc
     finally:
-        observer.finishing()
+        if observer.finishing():
+            start = dataclasses.replace(start, announced=True)
         if ctx.audit_uses:
             flush_audits(ctx)
         # The next job must not inherit a broken connection or a transaction this one left open.

@@ -24,7 +24,7 @@ A flow that holds work has a state in the lane's state hash: ``r`` (in the ring,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 TENANT = "t"
@@ -84,6 +84,27 @@ def cap_of(flow: str) -> tuple[int, str] | None:
     """(cap, running-count field) of a capped flow, None for any other flow."""
     match = _CAPPED_RE.match(flow)
     return (int(match[1]), match[2]) if match else None
+
+
+# tenant_of_flow() of a flow whose runs span tenants (concurrency_scope="job").
+ANY_TENANT = "*"
+
+
+def tenant_of_flow(flow: str, job_names: Collection[str]) -> str | None:
+    """The tenant whose runs wait in ``flow`` (None: runs without a tenant; ``ANY_TENANT``:
+    a job-scoped flow, or one of a job this deploy does not know)."""
+    kind, _, rest = flow.partition("|")
+    if kind == TENANT:
+        return rest or None
+    if not (kind == REPLACE or _CAPPED_RE.match(flow)):
+        return ANY_TENANT
+    # rest is a scope: "<job>" or "<job>|<tenant>"; job names may contain "|" themselves.
+    if rest in job_names:
+        return ANY_TENANT
+    for index, char in enumerate(rest):
+        if char == "|" and rest[:index] in job_names:
+            return rest[index + 1 :] or None
+    return ANY_TENANT
 
 
 def join_keys(limits: Iterable[Limit]) -> str:

@@ -30,6 +30,12 @@ STATE_SUFFIX = "st"  # hash flow -> state of flows that hold work (see flows.py)
 RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
+# Hourly outcome counters of a lane (+ the hour number, unix time // 3600), kept STATS_TTL:
+STATS_SUFFIX = "stats:"  # hash: <outcome> and j|<job>|<outcome> -> attempts that ended so
+SUCCEEDING_SUFFIX = "tok:"  # sorted set: tenant -> succeeded runs
+FAILING_SUFFIX = "tfail:"  # sorted set: tenant -> final failures
+NO_TENANT = "-"  # the tenant field of runs without a tenant
+STATS_TTL = 26 * 3600  # 24 full hours and the current one, with a margin
 BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
 QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
 SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
@@ -43,6 +49,10 @@ local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
+local function stats_key(P, hour) return P .. '{STATS_SUFFIX}' .. hour end
+local function succeeding_key(P, hour) return P .. '{SUCCEEDING_SUFFIX}' .. hour end
+local function failing_key(P, hour) return P .. '{FAILING_SUFFIX}' .. hour end
+local NO_TENANT, STATS_TTL = '{NO_TENANT}', {STATS_TTL}
 local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
 local function queued_key(P) return P .. '{QUEUED_SUFFIX}' end
 local function sequence_key(P) return P .. '{SEQUENCE_SUFFIX}' end
@@ -117,6 +127,18 @@ class Keys:
 
     def wake(self, lane: str) -> str:
         return f"{self.lane(lane)}{WAKE_SUFFIX}"
+
+    def stats(self, lane: str, hour: int) -> str:
+        """Hash of a lane's attempt outcomes in one hour, overall and per job."""
+        return f"{self.lane(lane)}{STATS_SUFFIX}{hour}"
+
+    def succeeding_tenants(self, lane: str, hour: int) -> str:
+        """Sorted set of a lane's tenants by succeeded runs in one hour."""
+        return f"{self.lane(lane)}{SUCCEEDING_SUFFIX}{hour}"
+
+    def failing_tenants(self, lane: str, hour: int) -> str:
+        """Sorted set of a lane's tenants by final failures in one hour."""
+        return f"{self.lane(lane)}{FAILING_SUFFIX}{hour}"
 
     def broken_flows(self, lane: str) -> str:
         return f"{self.lane(lane)}{BROKEN_SUFFIX}"

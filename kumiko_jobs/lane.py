@@ -11,6 +11,7 @@ import redis
 from rq.utils import utcformat
 
 from kumiko_jobs.keys import Keys
+from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.scripts import NO_ENDING, Ending, FinishAndClaimArgs, PromoteArgs, argv, scripts_for
 
@@ -60,8 +61,13 @@ def ending_of(outcome: Outcome) -> Ending:
 def finish_and_claim(
     client: redis.Redis, keys: Keys, lane: str, finished: Finished | None = None, claim: Claim | None = None
 ) -> ClaimedJob | None:
-    """Tell Redis how an attempt ended and/or claim the next job, in one round trip."""
+    """Tell Redis how an attempt ended and/or claim the next job, in one round trip. The call
+    also carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
     now = datetime.now(UTC)
+    if finished is not None:
+        outcome = finished.outcome
+        tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, now.timestamp())
+    counts = tally.take(lane, force=claim is None)
     args = FinishAndClaimArgs(
         now=now.timestamp(),
         now_iso=utcformat(now),
@@ -72,11 +78,16 @@ def finish_and_claim(
         claim="1" if claim else "",
         execution_id=claim.execution_id if claim else "",
         lane_prefix=keys.lane(lane),
+        counts=len(counts) // 5,
     )
     ending = ending_of(finished.outcome) if finished else NO_ENDING
-    raw = scripts_for(client).finish_and_claim(
-        keys=[*keys.outcome_registries(lane), keys.queue(lane)], args=argv(args, *ending)
-    )
+    try:
+        raw = scripts_for(client).finish_and_claim(
+            keys=[*keys.outcome_registries(lane), keys.queue(lane)], args=argv(args, *ending, *counts)
+        )
+    except redis.RedisError:
+        tally.give_back(lane, counts)  # counted with the next call
+        raise
     if not raw:
         return None
     return ClaimedJob(job_id=raw[0].decode(), data=raw[1], meta_raw=raw[2])

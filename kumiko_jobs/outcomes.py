@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from kumiko_jobs import records, run_events
+from kumiko_jobs import failure_records, records, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import JobDefinition
@@ -55,6 +55,9 @@ class Outcome:
     retry_at: float = 0.0
     exc_info: bytes = b""
     ttl: int = 0
+    # Whose attempt it was, for the lane's hourly counters ('' for data that is not a job).
+    job_name: str = ""
+    tenant_id: str | None = None
 
 
 def release_of(definition: JobDefinition | None, meta: JobMeta) -> Release:
@@ -82,8 +85,15 @@ def succeeded(
     records.safe(
         records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start, result=result
     )
+    if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
+        # A success clears the tenant's failure record of the same subject.
+        records.safe(failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject)
     run_events.attempt_ended(meta, job_id, "succeeded", started_at=start.at if start else None, final=True)
-    return Outcome("ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]))
+    _announce_start(meta, job_id, start)
+    run_events.succeeded(meta, job_id)
+    return Outcome(
+        "ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]), **_whose(meta)
+    )
 
 
 def failed_attempt(
@@ -123,10 +133,13 @@ def failed_attempt(
             logs=logs,
             started=start,
         )
+        _record_tenant_failure(definition, meta, exc, now)
         # One line per failed attempt; never the payload (it may carry personal data).
         run_events.attempt_ended(
             meta, job_id, "failed", started_at=started_at, final=True, error=message, exc=exc
         )
+        _announce_start(meta, job_id, start)
+        run_events.failed(meta, job_id, final=True, error=message)
         return Outcome(
             "failed",
             "failed",
@@ -134,6 +147,7 @@ def failed_attempt(
             meta=meta.to_json(),
             exc_info=zlib.compress(trace_text.encode()),
             ttl=int(get_config()["FAILURE_TTL"]),
+            **_whose(meta),
         )
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
@@ -150,9 +164,13 @@ def failed_attempt(
         started=start,
     )
     run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message, exc=exc)
+    _announce_start(meta, job_id, start)
+    run_events.failed(meta, job_id, final=False, error=message)
     if delay <= 0:
-        return Outcome("requeue", "retried", release, meta=next_meta.to_json())
-    return Outcome("retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay)
+        return Outcome("requeue", "retried", release, meta=next_meta.to_json(), **_whose(meta))
+    return Outcome(
+        "retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay, **_whose(meta)
+    )
 
 
 def deferred(
@@ -173,6 +191,8 @@ def deferred(
     next_at = now + timedelta(milliseconds=delay_ms)
     records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
     run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
+    _announce_start(meta, job_id, start)
+    run_events.deferred(meta, job_id)
     next_meta = dataclasses.replace(meta, defers=meta.defers + 1)
     return Outcome(
         "retry",
@@ -180,6 +200,38 @@ def deferred(
         release_of(definition, meta),
         meta=next_meta.to_json(),
         retry_at=next_at.timestamp(),
+        **_whose(meta),
+    )
+
+
+def _whose(meta: JobMeta) -> dict[str, Any]:
+    return {"job_name": meta.job_name, "tenant_id": meta.tenant_id}
+
+
+def _announce_start(meta: JobMeta, job_id: str, start: records.Started | None) -> None:
+    """A short run's start is recorded with its outcome, so job_started goes out with it."""
+    if start is not None and not start.announced:
+        run_events.started(meta, job_id)
+
+
+def _record_tenant_failure(
+    definition: JobDefinition | None, meta: JobMeta, exc: BaseException, now: datetime
+) -> None:
+    declared = definition.tenant_visible_failure if definition is not None else None
+    if declared is None or not meta.tenant_id:
+        return  # not declared, or a system run: no tenant to tell
+    # The error's own key when it carries one (a project's "user-facing" exceptions), else the
+    # declaration's. Never the error text.
+    own = getattr(exc, "message_key", None)
+    key = own if isinstance(own, str) and own.strip() else declared.message_key
+    records.safe(
+        failure_records.record_tenant_failure,
+        tenant_id=meta.tenant_id,
+        job_name=meta.job_name,
+        subject=meta.subject,
+        message_key=key[:200],
+        run_id=meta.run_id,
+        now=now,
     )
 
 

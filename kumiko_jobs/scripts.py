@@ -64,7 +64,8 @@ NO_ENDING = Ending("", 0, 0.0, "", b"", "", "", "")
 
 
 class FinishAndClaimArgs(NamedTuple):
-    """ARGV of lua/finish_and_claim.lua; an Ending follows."""
+    """ARGV of lua/finish_and_claim.lua; an Ending follows, then ``counts`` entries of ended-
+    attempt counts (hour, outcome, count, job, tenant: outcome_counts.py)."""
 
     now: float
     now_iso: str
@@ -75,6 +76,7 @@ class FinishAndClaimArgs(NamedTuple):
     claim: str  # '1': claim the next job
     execution_id: str
     lane_prefix: str
+    counts: int
 
 
 class PromoteArgs(NamedTuple):

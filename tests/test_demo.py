@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -137,3 +138,31 @@ def test_demo_once_runs_the_mix_to_the_expected_outcomes(kumiko_prefix: str, ten
     assert "Every run ended as expected" in output
     assert "/admin/kumiko_jobs/jobrun/" in output
     assert re.search(r"^Login: admin / \S+", output, re.M), output
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tenant_jobs_page_shows_the_tenants_runs_and_problems_to_its_members_only(
+    client: Any, django_user_model: Any
+) -> None:
+    from kumiko_jobs import dispatch
+    from kumiko_jobs.testing import drain
+
+    acme, globex = (
+        Tenant.objects.get_or_create(slug=s, defaults={"name": n})[0]
+        for n, s in (("Acme Corp", "acme"), ("Globex", "globex"))
+    )
+    dispatch("demo.always_fails", {"text": "x", "seq": 7}, tenant=acme)
+    dispatch("demo.flaky_sync", {"text": "y", "seq": 8}, tenant=acme)
+    dispatch("demo.always_fails", {"text": "z", "seq": 9}, tenant=globex)
+    drain()
+    member = django_user_model.objects.create_user("acme-reader")
+    acme.members.add(member)
+    client.force_login(member)
+    html = client.get("/tenants/acme/jobs/").content.decode()
+    assert "Invoice export #7:</b> The export could not be produced." in html
+    assert "Partner sync" in html and "Done" in html and "Failed 1 time," in html
+    assert "#9" not in html  # Globex's
+    assert "template is missing" not in html and "timed out" not in html  # error texts
+    assert client.get("/tenants/globex/jobs/").status_code == 404
+    client.logout()
+    assert client.get("/tenants/acme/jobs/").status_code == 302  # to the login

@@ -34,6 +34,7 @@ POSITIVE_NUMBERS = (
     "BOOT_GATE_WARN_AFTER",
     "STUCK_AFTER",
 )
+MIN_RETENTION = 3600
 Problem = tuple[str, str, str]  # message, hint, id suffix
 SCRUBBER_PROBE = "ValueError: could not reach https://user:secret@example.com for ann@example.com"
 
@@ -166,6 +167,18 @@ def _max_payload_bytes(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _retention(config: dict[str, Any]) -> Iterator[Problem]:
+    for key in ("RUN_RETENTION", "AUDIT_RETENTION"):
+        if not is_int_at_least(config[key], MIN_RETENTION):
+            yield (
+                f"KUMIKO_JOBS[{key!r}] = {config[key]!r} must be whole seconds, "
+                f"at least {MIN_RETENTION} (an hour).",
+                f"How long history is kept before the daily prune deletes it; the default is "
+                f"{CONFIG_DEFAULTS[key]} ({CONFIG_DEFAULTS[key] // 86400} days).",
+                "E305",
+            )
+
+
 def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
     module = config["JOB_MODULE"]
     if not isinstance(module, str) or not _MODULE_RE.match(module):
@@ -240,6 +253,7 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _abandoned_retries,
     _max_payload_bytes,
     _job_module,
+    _retention,
     *SCHEDULE_RULES,
     _scrubber,
     _log_job_lines,

@@ -229,3 +229,22 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
   end
   return false
 end
+
+-- Add a worker's tally of ended attempts (outcome_counts.py) to the lane's hourly counters, read
+-- by the admin console (lane_stats.py): per outcome and per job and outcome in a hash, succeeded
+-- runs and final failures per tenant in a sorted set each. `n` entries of (hour, outcome, count,
+-- job, tenant) start at ARGV[first]. A key gets its TTL when a field of it is created.
+local function count_outcomes(P, argv, first, n)
+  for i = first, first + 5 * (n - 1), 5 do
+    local hour, outcome, count, job, tenant = argv[i], argv[i + 1], tonumber(argv[i + 2]), argv[i + 3], argv[i + 4]
+    local sk = stats_key(P, hour)
+    if redis.call('HINCRBY', sk, outcome, count) == count then redis.call('EXPIRE', sk, STATS_TTL) end
+    redis.call('HINCRBY', sk, 'j|' .. job .. '|' .. outcome, count)
+    local tk
+    if outcome == 'succeeded' then tk = succeeding_key(P, hour) elseif outcome == 'failed' then tk = failing_key(P, hour) end
+    if tk then
+      if tenant == '' then tenant = NO_TENANT end
+      if tonumber(redis.call('ZINCRBY', tk, count, tenant)) == count then redis.call('EXPIRE', tk, STATS_TTL) end
+    end
+  end
+end

@@ -40,6 +40,8 @@ def scrub_raises(text: str) -> str:
         ({"ABANDONED_RETRIES": -1}, "kumiko_jobs.E030", "ABANDONED_RETRIES"),
         ({"JOB_MODULE": "my jobs"}, "kumiko_jobs.E031", "JOB_MODULE"),
         ({"JOB_MODULE": None}, "kumiko_jobs.E031", "JOB_MODULE"),
+        ({"RUN_RETENTION": 60}, "kumiko_jobs.E305", "RUN_RETENTION"),
+        ({"AUDIT_RETENTION": 86400.5}, "kumiko_jobs.E305", "AUDIT_RETENTION"),
         ({"SCRUBBER": "nowhere.scrub"}, "kumiko_jobs.E401", "SCRUBBER"),
         ({"SCRUBBER": 42}, "kumiko_jobs.E401", "it is not callable"),
         ({"SCRUBBER": "tests.checks.test_settings.scrub_to_none"}, "kumiko_jobs.E402", "returned None"),

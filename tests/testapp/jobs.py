@@ -8,7 +8,17 @@ import os
 import time
 from typing import Any
 
-from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, UnrecoverableError, cron, job, on_event
+from kumiko_jobs import (
+    Backoff,
+    EscapeHatch,
+    MaxPerTenant,
+    TenantVisibleFailure,
+    TenantVisibleRun,
+    UnrecoverableError,
+    cron,
+    job,
+    on_event,
+)
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.context import JobContext
 
@@ -285,6 +295,50 @@ def breaks_connection(payload: dict[str, Any], ctx: JobContext) -> None:
     connection.ensure_connection()
     assert connection.connection is not None
     connection.connection.close()
+
+
+# --- tenant-visible history (tests/test_tenant_history.py, admin and browser tests) ----------
+
+
+class PartnerDown(RuntimeError):
+    """A project's user-facing error: it names its own message key for the tenant."""
+
+    message_key = "billing.partner_down"
+
+
+@job(
+    name="tests.export_invoice",
+    retries=1,
+    tenant_visible_run=TenantVisibleRun(subject_fields=("invoice_id", "format")),
+    tenant_visible_failure=TenantVisibleFailure("billing.export_failed"),
+)
+def export_invoice(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Fails while payload "fail" says so: "attempt1" (first attempt only), "always", "partner"
+    (a PartnerDown, with its own message key) or "unrecoverable"."""
+    trace("export_invoice", payload=payload, **_ctx_fields(ctx))
+    fail = payload.get("fail")
+    if fail == "always" or (fail == "attempt1" and ctx.attempt == 1):
+        raise RuntimeError(f"secret provider text for invoice {payload.get('invoice_id')}")
+    if fail == "partner":
+        raise PartnerDown("partner said 503 to card 4111 1111 1111 1111")
+    if fail == "unrecoverable":
+        raise UnrecoverableError("template missing")
+    if fail == "switch":
+        # Fails until the test sets the switch: a later success of the same subject.
+        if not get_redis().exists(f"{get_keys().prefix}:switch"):
+            raise RuntimeError("not yet")
+
+
+@job(name="tests.failure_only", tenant_visible_failure=TenantVisibleFailure("sync.failed"))
+def failure_only(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Tenant-visible failures without a subject and without visible runs."""
+    if payload.get("fail"):
+        raise RuntimeError("boom")
+
+
+@job(name="tests.replaceable", concurrency="replace", tenant_visible_run=TenantVisibleRun())
+def replaceable(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("replaceable", payload=payload, **_ctx_fields(ctx))
 
 
 # --- chaos suite (tests/chaos/) ----------------------------------------------------------------

@@ -33,6 +33,7 @@ from project.demo.models import Tenant
 from project.demo.processes import Child
 
 RUN_BROWSER_PATH = "/admin/kumiko_jobs/jobrun/"
+CONSOLE_PATH = "/admin/kumiko_jobs/consoleoverview/"
 SHOWN_PROBLEMS = 10
 
 
@@ -91,6 +92,10 @@ class Command(BaseCommand):
                 console, tenants, int(options["jobs"]), float(options["timeout"]), workers
             )
             console.print(f"Admin: http://127.0.0.1:{port}{RUN_BROWSER_PATH}")
+            console.print(f"Console: http://127.0.0.1:{port}{CONSOLE_PATH}")
+            console.print(
+                f"A tenant's own jobs page: http://127.0.0.1:{port}/tenants/{tenants[0].slug}/jobs/"
+            )
             how = "created" if login.created else "password reset"
             console.print(f"Login: {login.username} / {login.password}  ({how})")
             if once:
