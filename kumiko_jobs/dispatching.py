@@ -19,14 +19,14 @@ from typing import Any, Literal
 from django.db import router, transaction
 from django.utils import timezone
 
-from kumiko_jobs import faults, records, run_events
+from kumiko_jobs import faults, records, run_events, run_rows
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
 from kumiko_jobs.events import check_emitted
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
 from kumiko_jobs.gates import Gates, gates_for
-from kumiko_jobs.jobdata import JobMeta, job_fields
+from kumiko_jobs.jobdata import JobMeta, encode_data, job_fields
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
@@ -44,6 +44,20 @@ from kumiko_jobs.validation import (
 )
 
 logger = logging.getLogger("kumiko_jobs")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A payload encoded for the job hash and for the row, once for the runs that share it (a
+    fan-out's children)."""
+
+    data: bytes
+    json: str
+
+
+def encode(job_name: str, payload: Mapping[str, Any]) -> Encoded:
+    data = encode_data(job_name, payload, int(get_config()["MAX_PAYLOAD_BYTES"]))
+    return Encoded(data=data, json=run_rows.encode_payload(payload))
 
 
 @dataclass(frozen=True)
@@ -137,10 +151,12 @@ def prepare(
     scheduled_at: float | None = None,
     zone: str = "",
     now: datetime | None = None,
+    encoded: Encoded | None = None,
 ) -> PreparedJob:
     """Build a new run's job hash fields and its row, from arguments already validated
     (``now``: its queued time, default now; the subject fields are checked here:
-    InvalidPayload names a non-primitive one)."""
+    InvalidPayload names a non-primitive one; ``encoded``: the payload encoded already, by
+    ``encode`` with this job's name)."""
     run_id = run_id or uuid.uuid4()
     wrapper = definition.per_tenant and tenant_id is None
     gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
@@ -174,6 +190,7 @@ def prepare(
         unique=unique,
         retry_of=retry_of,
         now=now,
+        encoded=encoded,
     )
 
 
@@ -189,6 +206,7 @@ def prepared_from_meta(
     retry_of: uuid.UUID | None = None,
     admit: bool = True,
     now: datetime | None = None,
+    encoded: Encoded | None = None,
 ) -> PreparedJob:
     """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
     record after Redis lost it)."""
@@ -210,10 +228,17 @@ def prepared_from_meta(
         max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
         # A Django task's run waits in priority order; its payload says which (task_jobs.py).
         priority=task_priority(payload) if definition.task is not None else None,
+        data=encoded.data if encoded else None,
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
-    row = records.new_run_row(
-        meta=meta, job_id=jid, payload=payload, queued_at=now, next_attempt_at=next_at, retry_of=retry_of
+    row = run_rows.new_run_row(
+        meta=meta,
+        job_id=jid,
+        payload=payload,
+        queued_at=now,
+        next_attempt_at=next_at,
+        retry_of=retry_of,
+        payload_json=encoded.json if encoded else None,
     )
     return PreparedJob(
         job_id=jid,

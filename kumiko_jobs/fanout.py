@@ -18,11 +18,13 @@ from typing import Any
 from kumiko_jobs import outcomes, records, run_events
 from kumiko_jobs.conf import import_setting
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.dispatching import prepare
+from kumiko_jobs.dispatching import encode, prepare
+from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_rows import RunRow
 from kumiko_jobs.scheduling.zones import tenants_in_zone
 
 BATCH = 1000
@@ -102,6 +104,7 @@ def _enqueue_batch(
     base = meta.fanout_of or wrapper_id
     ids = {tenant: child_job_id(base, tenant) for tenant in tenants}
     existing = records.recorded_job_ids(ids.values())
+    encoded = encode(definition.name, payload)  # the same payload for every child
     prepared: list[PreparedJob] = [
         prepare(
             definition,
@@ -117,19 +120,46 @@ def _enqueue_batch(
             run_id=uuid.uuid5(uuid.NAMESPACE_URL, child_id),
             delay=spread_delay(definition, tenant),
             scheduled_at=meta.scheduled_at,
+            encoded=encoded,
         )
         for tenant, child_id in ids.items()
         if child_id not in existing
     ]
-    if prepared:
-        # The batch script knows skip limits but not replace/debounce or delays: those children go
-        # one by one.
-        simple = not (prepared[0].gates.replace or prepared[0].gates.debounce_key or definition.spread)
-        pushed = push_batch(prepared) if simple else push(prepared)
+    if not prepared:
+        return len(tenants)
+    gates = prepared[0].gates
+    # The batch script knows skip limits but not replace/debounce or delays: those children go
+    # one by one.
+    batched = not (gates.replace or gates.debounce_key or definition.spread)
+    if batched and not gates.limits:
+        rows = _push_and_record(prepared)
+    else:
+        pushed = push_batch(prepared) if batched else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
         rows = [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
         records.insert_queued(rows)
-        # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
-        run_events.queued(rows)
+    # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
+    run_events.queued(rows)
     return len(tenants)
+
+
+def _push_and_record(prepared: list[PreparedJob]) -> list[RunRow]:
+    """Children no gate can refuse (each ends queued, or duplicate of an earlier attempt's
+    push): their rows are written while Redis runs the push. If Redis fails after they were
+    written they are deleted again, so the wrapper's retry finds them missing and pushes them."""
+    rows = [p.row for p in prepared]
+    recorded = False
+
+    def record() -> None:
+        nonlocal recorded
+        records.insert_queued(rows)
+        recorded = True
+
+    try:
+        push_batch(prepared, meanwhile=record)
+    except QueueUnavailable:
+        if recorded:
+            records.delete_unpushed(*(row.id for row in rows))
+        raise
+    return rows

@@ -182,16 +182,18 @@ def job_fields(
     status: str,
     max_payload_bytes: int | None = None,
     priority: int | None = None,
+    data: bytes | None = None,
 ) -> list[Any]:
     """Field/value pairs of a new job hash, in RQ's format. ``priority`` orders a Django task's
-    run in its ordered flow (kumiko_pri, read by lua/flow_store.lua)."""
+    run in its ordered flow (kumiko_pri, read by lua/flow_store.lua); ``data``: the payload
+    encoded already (``encode_data``), for runs that share it."""
     stamp = utcformat(now)
     # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
     # field is an argument of the enqueue script call.
     pairs: list[Any] = [
         "created_at", stamp,
         "enqueued_at", stamp,
-        "data", encode_data(meta.job_name, payload, max_payload_bytes),
+        "data", data if data is not None else encode_data(meta.job_name, payload, max_payload_bytes),
         "origin", queue_name,
         "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
         "status", status,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import redis
 from django.utils import timezone
 from redis.client import Pipeline
+from redis.commands.core import Script
 
 from kumiko_jobs import flows
 from kumiko_jobs.conf import get_config, redis_description
@@ -22,8 +23,8 @@ from kumiko_jobs.gates import Gates
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import RQ_QUEUES
 from kumiko_jobs.metrics import count_refused
-from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import sending
+from kumiko_jobs.run_rows import RunRow
 from kumiko_jobs.scripts import EnqueueArgs, argv, scripts_for
 
 _registered_queues: set[str] = set()
@@ -36,7 +37,7 @@ class PreparedJob:
     job_id: str
     lane: str
     fields: list[Any]
-    row: JobRun
+    row: RunRow
     gates: Gates
     meta: JobMeta
     run_at: float = 0.0
@@ -144,11 +145,23 @@ def push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:
 
 def _push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:
     client = get_redis()
-    script = scripts_for(client).enqueue
     keys, args = _keys(p), _args(p, timezone.now().timestamp())
+    raw = _overlapped(client, scripts_for(client).enqueue, keys, args, {p.lane}, meanwhile)
+    return _decode(p, raw)
+
+
+def _overlapped(
+    client: redis.Redis,
+    script: Script,
+    keys: list[str],
+    args: list[Any],
+    lanes: set[str],
+    meanwhile: Callable[[], object],
+) -> Any:
+    """Send one script call, run ``meanwhile`` while Redis works, then read the reply."""
     pool = client.connection_pool
     try:
-        _register_queues(client, {p.lane})
+        _register_queues(client, lanes)
         connection = pool.get_connection()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(exc) from exc
@@ -174,26 +187,35 @@ def _push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:
         raise
     finally:
         pool.release(connection)
-    return _decode(p, raw)
+    return raw
 
 
 # Fields each fan-out child has of its own; every other field is shared by the batch.
 _OWN_FIELDS = ("meta", "description", "kumiko_flow", "kumiko_lk")
 
 
-def push_batch(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
+def push_batch(
+    prepared: Sequence[PreparedJob],
+    client: redis.Redis | None = None,
+    *,
+    meanwhile: Callable[[], object] | None = None,
+) -> list[Pushed]:
     """Queue jobs of one lane that share their payload and options (a fan-out's children) in one
-    script call: the shared hash fields travel once, not once per job. No replace or debounce."""
+    script call: the shared hash fields travel once, not once per job. No replace or debounce.
+    ``meanwhile`` (recording the rows) runs while Redis works, as in ``push_overlapped``; it may
+    have run when QueueUnavailable comes."""
     if not prepared:
         return []
     with sending(prepared) as send:
-        pushed = _push_batch(send.jobs, client or get_redis())
+        pushed = _push_batch(send.jobs, client or get_redis(), meanwhile)
         send.pushed(pushed)
     count_refused(prepared, pushed)
     return pushed
 
 
-def _push_batch(prepared: Sequence[PreparedJob], client: redis.Redis) -> list[Pushed]:
+def _push_batch(
+    prepared: Sequence[PreparedJob], client: redis.Redis, meanwhile: Callable[[], object] | None
+) -> list[Pushed]:
     first = dict(zip(prepared[0].fields[::2], prepared[0].fields[1::2], strict=True))
     shared = [item for key, value in first.items() if key not in _OWN_FIELDS for item in (key, value)]
     args: list[Any] = [get_keys().lane(prepared[0].lane), len(shared), *shared]
@@ -207,11 +229,15 @@ def _push_batch(prepared: Sequence[PreparedJob], client: redis.Redis) -> list[Pu
             p.gates.limit_keys,
             flows.join_values(p.gates.limits),
         ]
-    try:
-        _register_queues(client, {prepared[0].lane})
-        codes = scripts_for(client).enqueue_many(keys=[get_keys().active], args=args, client=client)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise unavailable(exc) from exc
+    script, keys = scripts_for(client).enqueue_many, [get_keys().active]
+    if meanwhile is not None:
+        codes = _overlapped(client, script, keys, args, {prepared[0].lane}, meanwhile)
+    else:
+        try:
+            _register_queues(client, {prepared[0].lane})
+            codes = script(keys=keys, args=args, client=client)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise unavailable(exc) from exc
     return [
         Pushed(_BATCH_STATUS[code], reason=None if code == b"q" else _BATCH_STATUS[code]) for code in codes
     ]

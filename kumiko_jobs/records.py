@@ -17,16 +17,17 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from kumiko_jobs import db_connections
+from kumiko_jobs import db_connections, run_rows
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
+from kumiko_jobs.run_rows import RunRow
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -46,83 +47,39 @@ class Started:
     announced: bool = False
 
 
-def new_run_row(
-    *,
-    meta: JobMeta,
-    job_id: str,
-    payload: Mapping[str, Any],
-    queued_at: datetime,
-    status: str = RunStatus.QUEUED,
-    next_attempt_at: datetime | None = None,
-    retry_of: uuid.UUID | None = None,
-) -> JobRun:
-    return JobRun(
-        id=uuid.UUID(meta.run_id),
-        job_name=meta.job_name,
-        tenant_id=meta.tenant_id,
-        status=status,
-        attempt=meta.attempt,
-        max_attempts=meta.max_attempts,
-        lane=meta.lane,
-        job_id=job_id,
-        trigger_name=meta.trigger_name,
-        triggered_by=meta.triggered_by,
-        correlation_id=meta.correlation_id,
-        payload=dict(payload),
-        queued_at=queued_at,
-        next_attempt_at=next_attempt_at,
-        updated_at=queued_at,
-        retry_of=retry_of,
-        fanout_of=meta.fanout_of,
-        fanout_parent=meta.fanout_parent,
-        subject=meta.subject,
-        tenant_visible=meta.tenant_visible,
-        scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
-        zone=meta.zone,
-        # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
-        # its push is in flight); that one path clears this until its push after commit.
-        pushed_at=queued_at,
-    )
-
-
-def insert_queued(rows: Sequence[JobRun]) -> None:
-    """Insert queued rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING)."""
+def insert_queued(rows: Sequence[RunRow]) -> None:
+    """Insert new runs' rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING)."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
-    params = [
-        [field.get_db_prep_save(getattr(row, field.attname), connection) for field in _INSERT_FIELDS]
-        for row in rows
-    ]
-    if len(params) == 1:  # every dispatch: precompiled SQL with an async commit, see _execute()
-        _execute(connection, _insert_sql(alias), params[0])
+    statement = run_rows.statement(alias)
+    if len(rows) == 1:  # every dispatch: one statement with an async commit, see _execute()
+        _execute(connection, statement.sql(), statement.params(rows[0]))
         return
     own_transaction = not connection.in_atomic_block
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            cursor.executemany(_insert_sql(alias), params)
-            return
-        if own_transaction:
+        if own_transaction and connection.vendor == "postgresql":
             cursor.execute("SET LOCAL synchronous_commit TO OFF")  # one commit for the batch
+        if len(rows) >= run_rows.COPY_FROM and run_rows.can_copy(cursor):
+            statement.copy(cursor, rows)
+            return
         # Measured: one multi-row INSERT beats a pipelined executemany on PostgreSQL.
-        JobRun.objects.using(alias).bulk_create(rows, ignore_conflicts=True)
+        for batch in run_rows.batches(rows):
+            cursor.execute(statement.sql(len(batch)), [v for row in batch for v in statement.params(row)])
 
 
-def insert_claiming(rows: Sequence[JobRun]) -> set[str]:
+def insert_claiming(rows: Sequence[RunRow]) -> set[str]:
     """Insert rows whose unique job id decides who acts on them (cron ticks); return the job ids
     this call inserted. Rows that exist are left alone. Committed durably: the row is the
     arbiter, not a log that Redis could rebuild."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
+    statement = run_rows.statement(alias)
+    returning = run_rows.job_id_column(alias)
     inserted: set[str] = set()
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        for start in range(0, len(rows), _CLAIM_BATCH):
-            batch = rows[start : start + _CLAIM_BATCH]
-            params = [
-                field.get_db_prep_save(getattr(row, field.attname), connection)
-                for row in batch
-                for field in _INSERT_FIELDS
-            ]
-            cursor.execute(_claiming_sql(alias, len(batch)), params)
+        for batch in run_rows.batches(rows):
+            params = [v for row in batch for v in statement.params(row)]
+            cursor.execute(statement.sql(len(batch), returning=returning), params)
             inserted.update(str(job_id) for (job_id,) in cursor.fetchall())
     return inserted
 
@@ -155,7 +112,9 @@ def mark_running(
     # The dispatcher's insert has not landed (or failed): the run still gets its row. The insert
     # ignores a conflict on any unique column (the dispatcher's row may land in between, and it
     # conflicts on the job id as well as the key), and the UPDATE then applies either way.
-    row = new_run_row(meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING)
+    row = run_rows.new_run_row(
+        meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING
+    )
     insert_queued([row])
     update_run(meta.run_id, **values)
 
@@ -279,7 +238,7 @@ def mark_requeued(
     }
     if JobRun.objects.filter(pk=meta.run_id).update(**values) or started is None:
         return
-    row = new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)
+    row = run_rows.new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)
     insert_queued([row])
     JobRun.objects.filter(pk=meta.run_id).update(**values)
 
@@ -335,31 +294,6 @@ def update_run(run_id: str | uuid.UUID, **values: Any) -> int:
 
 
 _FIELDS = {field.name: field for field in JobRun._meta.concrete_fields}
-_INSERT_FIELDS = tuple(JobRun._meta.concrete_fields)
-
-
-@cache
-def _insert_sql(alias: str) -> str:
-    quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in _INSERT_FIELDS)
-    values = ", ".join("%s" for _ in _INSERT_FIELDS)
-    # PostgreSQL and SQLite (>= 3.24) both know ON CONFLICT DO NOTHING.
-    return f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"  # noqa: S608
-
-
-_CLAIM_BATCH = 200  # rows per statement: SQLite allows 32,766 parameters
-
-
-@cache
-def _claiming_sql(alias: str, rows: int) -> str:
-    quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in _INSERT_FIELDS)
-    row = "(" + ", ".join("%s" for _ in _INSERT_FIELDS) + ")"
-    job_id = quote(str(_FIELDS["job_id"].column))
-    return (
-        f"INSERT INTO {quote(JobRun._meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)} "  # noqa: S608
-        f"ON CONFLICT DO NOTHING RETURNING {job_id}"
-    )
 
 
 @cache
@@ -436,9 +370,9 @@ def delete_runs(run_ids: Sequence[uuid.UUID]) -> int:
     return deleted
 
 
-def delete_unpushed(run_id: uuid.UUID) -> None:
-    """Undo the row of a dispatch whose push failed, so QueueUnavailable leaves nothing behind."""
-    JobRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).delete()
+def delete_unpushed(*run_ids: uuid.UUID) -> None:
+    """Undo the rows of runs whose push failed, so QueueUnavailable leaves nothing behind."""
+    JobRun.objects.filter(pk__in=run_ids, status=RunStatus.QUEUED).delete()
 
 
 def merge_debounced(

@@ -23,6 +23,7 @@ from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_rows import RunRow
 from kumiko_jobs.signals import RunInfo
 
 logger = logging.getLogger("kumiko_jobs.runs")
@@ -102,14 +103,14 @@ def deferred(meta: JobMeta, job_id: str) -> None:
     _announce(signals.job_deferred, meta, job_id, RunStatus.DEFERRED)
 
 
-def queued(rows: Iterable[JobRun]) -> None:
+def queued(rows: Iterable[RunRow]) -> None:
     """New runs were queued (their rows are written and Redis has them)."""
     for row in rows:
         if _listened(signals.job_queued, row.job_name):
             _send(signals.job_queued, _info_of_row(row, RunStatus.QUEUED))
 
 
-def dropped(rows: Iterable[JobRun]) -> None:
+def dropped(rows: Iterable[JobRun | RunRow]) -> None:
     """Waiting runs that will never run (replaced, canceled, refused when their transaction
     committed); ``rows`` need the fields of ``DROPPED_FIELDS``."""
     for row in rows:
@@ -139,9 +140,9 @@ def _announce(signal: Signal, meta: JobMeta, job_id: str, status: str, **extra: 
     _send(signal, info, **extra)
 
 
-def _info_of_row(row: JobRun, status: str, error: str | None = None) -> RunInfo:
+def _info_of_row(row: JobRun | RunRow, status: str, error: str | None = None) -> RunInfo:
     return RunInfo(
-        run_id=str(row.pk),
+        run_id=str(row.id),
         job_id=row.job_id,
         job_name=row.job_name,
         tenant_id=row.tenant_id,

@@ -17,8 +17,9 @@ from kumiko_jobs.connection import get_keys
 from kumiko_jobs.dispatching import DispatchResult, prepare, submit
 from kumiko_jobs.jobdata import JobMeta, encode_data
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import new_run_row
+from kumiko_jobs.records import insert_queued
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_rows import new_run_row
 from tests.integration.support import log_messages, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -46,7 +47,7 @@ def test_malformed_jobs_fail_with_a_clear_error_and_the_worker_goes_on(
     worker = start_worker("worker")
     tag = keys.id_tag
     meta = JobMeta(run_id=str(uuid.uuid4()), job_name="tests.record", lane="worker")
-    new_run_row(meta=meta, job_id=f"{tag}-not-json", payload={}, queued_at=timezone.now()).save()
+    insert_queued([new_run_row(meta=meta, job_id=f"{tag}-not-json", payload={}, queued_at=timezone.now())])
     foreign = zlib.compress(json.dumps(["os.system", None, ["tests.record", {"n": "rm -rf"}], {}]).encode())
     bad = {
         f"{tag}-not-json": {"data": b"\x80 this is not kumiko json", "meta": meta.to_json()},

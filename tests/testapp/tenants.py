@@ -31,3 +31,8 @@ def tenant_timezone(tenant_id: object) -> str:
     """TENANT_TIMEZONE of the test settings: the zone set_zones() gave the tenant, else UTC."""
     zone = get_redis().hget(_zones_key(), str(tenant_id))
     return zone.decode() if zone is not None else "UTC"
+
+
+def many() -> range:
+    """Enough tenants that a fan-out batch records its children with COPY (run_rows.COPY_FROM)."""
+    return range(1000, 1150)

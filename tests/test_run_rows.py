@@ -1,0 +1,158 @@
+"""Run rows written without the ORM (run_rows.py): every path writes what the model would."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from kumiko_jobs import dispatch, records, run_rows
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.fanout import run_fan_out
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.records import Started
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _rows(count: int, *, tag: str = "r", **meta: Any) -> list[run_rows.RunRow]:
+    rows = []
+    for n in range(count):
+        m = JobMeta(
+            run_id=str(uuid.uuid4()),
+            job_name="tests.record",
+            lane="worker",
+            tenant_id=str(n),
+            subject=f"s{n}",
+            tenant_visible=True,
+            scheduled_at=NOW.timestamp(),
+            **meta,
+        )
+        rows.append(
+            run_rows.new_run_row(
+                meta=m,
+                job_id=f"{tag}-{n}",
+                payload={"n": n, "text": "ü'\"", "list": [1, None, True]},
+                queued_at=NOW,
+                next_attempt_at=NOW + timedelta(seconds=n),
+                retry_of=uuid.UUID(int=n) if n % 2 else None,
+            )
+        )
+    return rows
+
+
+def _expected(row: run_rows.RunRow) -> dict[str, Any]:
+    return {
+        "job_id": row.job_id,
+        "tenant_id": row.tenant_id,
+        "status": "queued",
+        "payload": row.payload,
+        "subject": row.subject,
+        "tenant_visible": True,
+        "scheduled_at": NOW,
+        "next_attempt_at": row.next_attempt_at,
+        "retry_of": row.retry_of,
+        "pushed_at": NOW,
+        # The columns a new run never sets hold the model's defaults.
+        "logs": [],
+        "error": "",
+        "worker": "",
+        "result": None,
+        "defer_count": 0,
+        "fanout_count": None,
+        "started_at": None,
+    }
+
+
+def _stored(job_ids: list[str]) -> list[dict[str, Any]]:
+    fields = list(_expected(_rows(1)[0]))
+    by_id = {r["job_id"]: r for r in JobRun.objects.filter(job_id__in=job_ids).values(*fields)}
+    return [by_id.get(job_id, {}) for job_id in job_ids]
+
+
+@pytest.mark.parametrize("count", [1, 5, run_rows.COPY_FROM + 20])
+def test_inserted_rows_read_back_as_the_model_would_write_them(count: int) -> None:
+    # 1: the dispatch statement; 5: one multi-row INSERT; COPY_FROM + 20: COPY on PostgreSQL.
+    rows = _rows(count)
+    records.insert_queued(rows)
+    assert _stored([r.job_id for r in rows]) == [_expected(r) for r in rows]
+
+
+def test_rows_that_exist_are_left_alone_by_every_path() -> None:
+    first = _rows(run_rows.COPY_FROM, tag="x")
+    records.insert_queued(first[:3])
+    JobRun.objects.filter(job_id=first[0].job_id).update(status=RunStatus.RUNNING, worker="w1")
+    records.insert_queued(first)  # COPY path on PostgreSQL: the conflicts are skipped, not raised
+    records.insert_queued(first[:2])  # multi-row INSERT
+    records.insert_queued(first[:1])  # single row
+    assert JobRun.objects.filter(job_id__startswith="x-").count() == run_rows.COPY_FROM
+    assert JobRun.objects.filter(job_id=first[0].job_id).values_list("status", "worker").get() == (
+        "running",
+        "w1",
+    )
+
+
+def test_two_copies_in_one_transaction_insert_both_sets() -> None:
+    a, b = _rows(run_rows.COPY_FROM, tag="a"), _rows(run_rows.COPY_FROM, tag="b")
+    with transaction.atomic():
+        records.insert_queued(a)
+        records.insert_queued(b)
+    assert JobRun.objects.filter(job_id__startswith="a-").count() == run_rows.COPY_FROM
+    assert JobRun.objects.filter(job_id__startswith="b-").count() == run_rows.COPY_FROM
+
+
+def test_the_copy_path_is_taken_on_postgresql() -> None:
+    with connection.cursor() as cursor:
+        assert run_rows.can_copy(cursor) == (connection.vendor == "postgresql")
+
+
+def _wrapper(settings: Any, redis_client: Any) -> tuple[JobMeta, Started]:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": "tests.testapp.tenants.many"}
+    wrapper = dispatch("tests.per_tenant", {"x": 1})
+    assert wrapper.job_id is not None
+    meta = JobMeta.from_json(redis_client.hget(get_keys().job(wrapper.job_id), "meta"))
+    return meta, Started(wrapper.job_id, {"x": 1}, "w", datetime.now(UTC))
+
+
+def test_a_fan_out_without_redis_records_no_children_and_its_retry_reaches_everyone(
+    settings: Any, redis_client: Any
+) -> None:
+    meta, start = _wrapper(settings, redis_client)
+    working = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**working, "REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_TIMEOUT": 0.5}
+    outcome = run_fan_out(meta, start, "tests.per_tenant")
+    assert outcome.counted_as == "failed"
+    assert not JobRun.objects.filter(job_name="tests.per_tenant").exists()
+    assert "did not answer" in JobRun.objects.get(pk=meta.run_id).error
+    settings.KUMIKO_JOBS = working
+    run_fan_out(meta, start, "tests.per_tenant")
+    assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 150
+    # The wrapper, still queued, runs once more and finds every child recorded.
+    assert drain() == {"succeeded": 151}
+
+
+def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
+    settings: Any, redis_client: Any
+) -> None:
+    """The rows are written while Redis (paused for writes) holds the push: the read times out,
+    they are deleted. The paused push runs when the pause ends; the retry then finds the
+    children in Redis ("duplicate") and records each once."""
+    meta, start = _wrapper(settings, redis_client)
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_TIMEOUT": 0.2}
+    redis_client.execute_command("CLIENT", "PAUSE", 600, "WRITE")
+    try:
+        outcome = run_fan_out(meta, start, "tests.per_tenant")
+        assert outcome.counted_as == "failed"
+        assert not JobRun.objects.filter(job_name="tests.per_tenant").exists()
+    finally:
+        redis_client.execute_command("CLIENT", "UNPAUSE")
+    run_fan_out(meta, start, "tests.per_tenant")
+    assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 150
+    assert drain() == {"succeeded": 151}
