@@ -77,11 +77,14 @@ def count_commands(client: redis.Redis, label: str, jobs: int, action: Callable[
 
 
 def per_executed_job(run: CommandCount, fixed: CommandCount, label: str) -> CommandCount:
-    """``run`` minus the ``fixed`` cost of a run with nothing to do, over ``run``'s jobs."""
+    """``run`` minus the ``fixed`` cost of a run with nothing to do, over ``run``'s jobs. The
+    total is exact; the listed commands leave out differences under one call per 100 jobs (a
+    periodic upkeep call more or less in one of the two runs), which would read as noise."""
     calls = dict(run.top)
     for name, count in fixed.top:
         calls[name] = calls.get(name, 0) - count
-    top = sorted(((name, n) for name, n in calls.items() if n), key=lambda item: item[1], reverse=True)
+    listed = ((name, n) for name, n in calls.items() if abs(n) * 100 >= run.jobs)
+    top = sorted(listed, key=lambda item: item[1], reverse=True)
     return CommandCount(
         label,
         run.jobs,

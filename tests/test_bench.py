@@ -145,12 +145,15 @@ def test_commands_per_executed_job_subtract_the_empty_lane_run() -> None:
     from bench.results import CommandCount
 
     run = CommandCount(
-        "run", 100, total=1030, scripts=102, top=[("evalsha", 102), ("del", 100), ("hello", 3)]
+        "run", 200, total=2030, scripts=202, top=[("evalsha", 202), ("del", 200), ("zadd", 2), ("hello", 3)]
     )
-    fixed = CommandCount("empty", 1, total=30, scripts=2, top=[("evalsha", 2), ("hello", 3), ("sadd", 1)])
+    fixed = CommandCount(
+        "empty", 1, total=30, scripts=2, top=[("evalsha", 2), ("hello", 3), ("sadd", 1), ("lrem", 3)]
+    )
     per_job = per_executed_job(run, fixed, "per executed job")
-    assert (per_job.total, per_job.scripts, per_job.jobs) == (1000, 100, 100)
-    assert per_job.top == [("evalsha", 100), ("del", 100), ("sadd", -1)]
+    assert (per_job.total, per_job.scripts, per_job.jobs) == (2000, 200, 200)
+    # Differences under one call per 100 jobs (sadd -1) are not listed; the total keeps them.
+    assert per_job.top == [("evalsha", 200), ("del", 200), ("zadd", 2), ("lrem", -3)]
     assert (per_job.per_job, per_job.target, per_job.met) == (10.0, TARGET_PER_JOB, True)
 
 
