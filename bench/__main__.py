@@ -43,7 +43,17 @@ from bench.tenancy import FULL as TENANCY_FULL
 from bench.tenancy import QUICK as TENANCY_QUICK
 from bench.tenancy import Sizes
 
-SECTIONS = ("dispatch", "workers", "commands", "tenancy", "peers", "schedules")
+SECTIONS = (
+    "dispatch",
+    "tasks",
+    "workers",
+    "commands",
+    "tenancy",
+    "peers",
+    "schedules",
+    "observability",
+    "console",
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,10 @@ class Plan:
     tenancy: Sizes
     peers: PeerSizes
     schedules: SchedulePlan
+    console_rows: int
+    console_renders: int
+    # Observability compares sides a few percent apart: more rounds for a steadier median.
+    observability_rounds: int = 1
 
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
@@ -72,6 +86,9 @@ FULL = Plan(
     tenancy=TENANCY_FULL,
     peers=PEERS_FULL,
     schedules=SCHEDULES_FULL,
+    console_rows=1_000_000,
+    console_renders=10,
+    observability_rounds=5,
 )
 QUICK = Plan(
     dispatch=200,
@@ -83,6 +100,8 @@ QUICK = Plan(
     tenancy=TENANCY_QUICK,
     peers=PEERS_QUICK,
     schedules=SCHEDULES_QUICK,
+    console_rows=20_000,
+    console_renders=3,
 )
 
 
@@ -185,6 +204,15 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
         ours, raw = measure_dispatch(env, plan.dispatch, plan.rounds)
         report.rates += [ours, raw]
         report.ratios.append(Ratio("dispatch() / rq Queue.enqueue", ours.per_second / raw.per_second, 1.0))
+    if "tasks" in sections:
+        from bench.tasks import measure_tasks
+
+        console.log(f"Task.enqueue() vs dispatch(): {plan.rounds} x {plan.dispatch} each")
+        enqueued, dispatched = measure_tasks(env, plan.dispatch, plan.rounds)
+        report.rates += [enqueued, dispatched]
+        report.ratios.append(
+            Ratio("Task.enqueue() / dispatch()", enqueued.per_second / dispatched.per_second, 0.9)
+        )
     if "workers" in sections:
         measure_worker_section(env, plan, args, report, console)
     if "commands" in sections:
@@ -209,6 +237,23 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             "started_at in its run record (the claim) minus the moment dispatch() was called. Worker "
             "rates from the run records, one set each per round."
         )
+    if "console" in sections:
+        from bench.console import measure_console
+
+        report.console += measure_console(env, plan.console_rows, plan.console_renders, console)
+        report.notes.append(
+            "Console: admin pages rendered by Django's test client as an operator (view, template, "
+            "middleware; no network) on generated run rows and a day of Redis counters (bench/console.py)."
+        )
+    if "observability" in sections:
+        from bench.observability import measure_observability
+
+        rounds = plan.observability_rounds
+        console.log(f"observability: {rounds} rounds of runjobs x {plan.worker}, with and without the SDK")
+        rates, ratios, note = measure_observability(env, plan.worker, rounds)
+        report.rates += rates
+        report.ratios += ratios
+        report.notes.append(note)
     if "peers" in sections:
         from bench.peer_rates import measure_peers
 

@@ -63,6 +63,9 @@ COMMAND_HEADERS = (
 )
 
 
+CONSOLE_HEADERS = ("page", "value", "target", "met", "how")
+
+
 def print_report(report: Report, console: Console) -> None:
     facts = Table(title="Machine", show_header=False)
     for name, value in report.facts.items():
@@ -98,6 +101,8 @@ def _tables(report: Report, top: int = 8) -> list[TableData]:
         )
     if report.tenancy:
         tables.append(("Tenancy (one worker, one run)", TENANCY_HEADERS, figure_rows(report.tenancy)))
+    if report.console:
+        tables.append(("Operator console (admin pages)", CONSOLE_HEADERS, figure_rows(report.console)))
     if report.schedules:
         tables.append(("Schedules (leader, in process)", SCHEDULE_HEADERS, figure_rows(report.schedules)))
     return tables

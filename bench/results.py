@@ -97,6 +97,7 @@ class Report:
     ratios: list[Ratio] = field(default_factory=list)
     commands: list[CommandCount] = field(default_factory=list)
     tenancy: list[Figure] = field(default_factory=list)
+    console: list[Figure] = field(default_factory=list)
     schedules: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

@@ -5,6 +5,8 @@ The database comes from DATABASE_URL as in project.settings; ``python -m bench``
 temporary SQLite file (or the PostgreSQL database it was given) before Django starts.
 """
 
+import os
+
 from project.settings import *  # noqa: F403
 from project.settings import INSTALLED_APPS, KUMIKO_JOBS
 
@@ -29,3 +31,14 @@ LOGGING = {
         "kumiko_jobs.worker": {"level": "INFO"},
     },
 }
+
+# The bench's own telemetry (bench/observability.py): none by default, so the other sections
+# measure kumiko_jobs with the OpenTelemetry API only (no SDK). KUMIKO_BENCH_OTEL in a child:
+# "sdk" installs the SDK's tracer and meter providers with no exporter (no span processor, no
+# metric reader: what `OTEL_TRACES_EXPORTER=none` gives); "export" adds a batch span processor
+# whose exporter drops the spans and a metric reader that aggregates (in-process export costs).
+DEMO_TELEMETRY = {"traces": "none", "metrics": "none"}
+if os.environ.get("KUMIKO_BENCH_OTEL") in ("sdk", "export"):
+    from bench.otel_sdk import install
+
+    install(exporting=os.environ["KUMIKO_BENCH_OTEL"] == "export")

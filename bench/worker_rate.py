@@ -47,22 +47,30 @@ def run_ours(
     job: str = "bench.noop",
     payload: Mapping[str, Any] | None = None,
     extra_args: Sequence[str] = (),
+    child_env: Mapping[str, str] | None = None,
 ) -> Round:
     """Fill the lane with ``count`` runs of ``job`` through dispatch(), work them off with one
-    burst ``runjobs`` (plus ``extra_args``), check every run record says succeeded."""
+    burst ``runjobs`` (plus ``extra_args``, with ``child_env`` in its environment), check every
+    run record says succeeded."""
     job_ids = fill_lane(env, count, tag, job, **(payload or {}))
-    return work_off(env, len(job_ids), tag, extra_args, profile)
+    return work_off(env, len(job_ids), tag, extra_args, profile, child_env)
 
 
 def work_off(
-    env: BenchEnv, count: int, tag: str, extra_args: Sequence[str] = (), profile: Path | None = None
+    env: BenchEnv,
+    count: int,
+    tag: str,
+    extra_args: Sequence[str] = (),
+    profile: Path | None = None,
+    child_env: Mapping[str, str] | None = None,
 ) -> Round:
-    """One burst ``runjobs`` (plus ``extra_args``) on the queued runs of correlation tag ``tag``;
-    every worker process must report the connections it opened."""
+    """One burst ``runjobs`` (plus ``extra_args``, with ``child_env`` in its environment) on the
+    queued runs of correlation tag ``tag``; every worker process must report the connections it
+    opened."""
     runjobs = (*RUNJOBS, *extra_args)
     argv = runjobs if profile is None else ("-m", "cProfile", "-o", str(profile), *runjobs)
     started, meter = time.perf_counter(), CpuMeter()
-    output = env.run_child(argv, timeout=_timeout(count, 20)).stdout
+    output = env.run_child(argv, timeout=_timeout(count, 20), **(child_env or {})).stdout
     wall, machine_busy = time.perf_counter() - started, meter.busy()
     connections = tuple(connections_opened(output))
     if not connections:

@@ -26,6 +26,7 @@ from kumiko_jobs.registry import job
 
 if TYPE_CHECKING:
     from kumiko_jobs.dispatching import DispatchResult, dispatch, emit
+    from kumiko_jobs.tenant_history import tenant_failures, tenant_runs
 
 __all__ = [
     "Backoff",
@@ -46,6 +47,8 @@ __all__ = [
     "job",
     "manual",
     "on_event",
+    "tenant_failures",
+    "tenant_runs",
 ]
 
 
@@ -55,4 +58,8 @@ def __getattr__(name: str) -> Any:
         from kumiko_jobs import dispatching as module
 
         return getattr(module, name)
+    if name in ("tenant_runs", "tenant_failures"):
+        from kumiko_jobs import tenant_history
+
+        return getattr(tenant_history, name)
     raise AttributeError(f"module 'kumiko_jobs' has no attribute {name!r}")

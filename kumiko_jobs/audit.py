@@ -19,6 +19,7 @@ from django.db.models import F
 
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.metrics import escape_hatch_uses
 from kumiko_jobs.models import EscapeHatchAudit
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ SYSTEM_ACTOR = "kumiko-system"
 def report_use(ctx: JobContext, kind: str) -> None:
     """Count one use on the run; logged at once so even a crashed run leaves a trace."""
     ctx.audit_uses[kind] = ctx.audit_uses.get(kind, 0) + 1
+    # Every use, deduplicated audit row or not (spec E.2).
+    escape_hatch_uses.add(1, {"job": ctx.job_name, "kind": kind})
     logger.warning(
         "security:escape-hatch-used job=%s tenant=%s kind=%s run=%s",
         ctx.job_name,

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import redis
 from rq.utils import utcformat
 
-from kumiko_jobs import records
+from kumiko_jobs import records, run_events
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.scripts import CancelArgs, argv, scripts_for
@@ -71,9 +71,13 @@ def cancel_queued(
                 refused[job_id] = _REFUSALS.get(code, f"already {code}")
     recorded = True
     if canceled:
-        recorded = records.safe(records.mark_dropped, canceled, now=now, reason=reason)
+        recorded = records.safe(_drop, canceled, now=now, reason=reason)
         logger.info("kumiko_jobs: canceled %d queued job(s): %s", len(canceled), _sample(canceled))
     return CancelResult(tuple(canceled), refused, recorded)
+
+
+def _drop(job_ids: list[str], *, now: datetime, reason: str) -> None:
+    run_events.dropped(records.mark_dropped(job_ids, now=now, reason=reason))
 
 
 def _sample(ids: Sequence[str]) -> str:

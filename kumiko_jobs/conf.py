@@ -29,6 +29,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # "app_label.Model" of the tenant model; when set, dispatch() checks that a tenant id exists.
     "TENANT_MODEL": None,
     "JOB_MODULE": "jobs",
+    # Module of Django @task functions imported in every installed app at start-up when TASKS
+    # uses KumikoTaskBackend (so the admin lists them); None: tasks are found on first use.
+    "TASK_MODULE": "tasks",
     # Seconds a dispatch waits for Redis before raising QueueUnavailable.
     "REDIS_TIMEOUT": 5.0,
     # Seconds Redis keeps a succeeded job's hash. 0: none (the JobRun table is the history, and a
@@ -61,6 +64,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # Largest payload dispatch() accepts, as encoded JSON: a job hash lives in Redis memory and
     # its row in the run table, so large data belongs in storage and its id in the payload.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Seconds finished runs (and their tenant failure records) and escape-hatch audits are
+    # kept; older ones are pruned daily (retention.py). Queued, running and deferred runs never.
+    "RUN_RETENTION": 30 * 24 * 3600,
+    "AUDIT_RETENTION": 90 * 24 * 3600,
     # Schedules (kumiko_jobs/scheduling). Dotted path to (tenant_id) -> IANA zone name, for
     # cron(..., tz="tenant"); None puts every tenant in UTC.
     "TENANT_TIMEZONE": None,
@@ -76,6 +83,12 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "BOOT_GATE_WARN_AFTER": 60,
     # Optional list of the event names emit() may fire; None accepts any name.
     "EVENTS": None,
+    # Dotted path to (text) -> text applied to error text, tracebacks and ctx.log lines before
+    # they are stored or logged (scrubbing.py); None stores them as they are.
+    "SCRUBBER": "kumiko_jobs.scrubbing.scrub_text",
+    # Copy ctx.log lines (scrubbed) to the "kumiko_jobs.jobs" logger too; they always land on
+    # the run record. Off by default: job lines can be many, and the record is their home.
+    "LOG_JOB_LINES": False,
 }
 
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import DeferralError, EscapeHatchDenied
+from kumiko_jobs.scrubbing import scrub
 
 if TYPE_CHECKING:
     from kumiko_jobs.definitions import JobDefinition
@@ -26,26 +28,40 @@ class Deferral:
 
 
 class JobLogger:
-    """``ctx.log``: lines land on the run record (info and above) and in Python logging."""
+    """``ctx.log``: lines (info and above) land on the run record, scrubbed (``SCRUBBER``); with
+    ``KUMIKO_JOBS["LOG_JOB_LINES"]`` they are copied to the ``kumiko_jobs.jobs`` logger too."""
 
-    def __init__(self, job_name: str, attempt: int, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        job_name: str,
+        attempt: int,
+        extra: Mapping[str, Any] | None = None,
+        *,
+        to_process_log: bool | None = None,
+    ) -> None:
         self.lines: list[dict[str, Any]] = []
         self._job_name = job_name
         self._attempt = attempt
         self._extra = dict(extra or {})
+        self._to_process_log = (
+            bool(get_config()["LOG_JOB_LINES"]) if to_process_log is None else to_process_log
+        )
 
     def _add(self, level: str, message: str, args: tuple[Any, ...]) -> None:
         text = message % args if args else str(message)
         if self._extra:
             text = f"{text} {self._extra}"
+        text = scrub(text)
         self.lines.append(
             {"t": datetime.now(UTC).isoformat(), "level": level, "msg": text, "attempt": self._attempt}
         )
-        process_logger.log(getattr(logging, level.upper()), "[%s] %s", self._job_name, text)
+        if self._to_process_log:
+            process_logger.log(getattr(logging, level.upper()), "[%s] %s", self._job_name, text)
 
     def debug(self, message: str, *args: Any) -> None:
-        # Debug lines go to Python logging only; run records keep info and above.
-        process_logger.debug("[%s] %s", self._job_name, message % args if args else message)
+        # Debug lines never reach the run record; the process log gets them with LOG_JOB_LINES.
+        if self._to_process_log and process_logger.isEnabledFor(logging.DEBUG):
+            process_logger.debug("[%s] %s", self._job_name, scrub(message % args if args else message))
 
     def info(self, message: str, *args: Any) -> None:
         self._add("info", message, args)
@@ -60,7 +76,9 @@ class JobLogger:
 
     def child(self, **extra: Any) -> JobLogger:
         """A logger whose lines carry ``extra``; lines land on the same run."""
-        child = JobLogger(self._job_name, self._attempt, {**self._extra, **extra})
+        child = JobLogger(
+            self._job_name, self._attempt, {**self._extra, **extra}, to_process_log=self._to_process_log
+        )
         child.lines = self.lines
         return child
 
@@ -86,16 +104,36 @@ class JobContext:
     inline: bool = False
     # The tick's time (aware UTC) for runs of a cron schedule; None for every other run.
     scheduled_at: datetime | None = None
+    # The worker running this attempt ('' inline).
+    worker: str = ""
     # Escape-hatch uses by kind, written by audit.flush_audits() when the handler is done.
     audit_uses: dict[str, int] = field(default_factory=dict, repr=False)
 
     def dispatch(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
-        """Chain a job: same tenant and correlation id unless given."""
+        """Chain a job: same tenant and correlation id unless given.
+
+        Works in ``async def`` handlers too: there the dispatch runs in a helper thread (Django
+        allows no database work inside a running event loop) and the loop waits for it; ``await
+        ctx.adispatch(...)`` lets the loop go on meanwhile."""
+        from kumiko_jobs.async_handlers import call_off_loop, in_event_loop
         from kumiko_jobs.dispatching import dispatch
 
         options.setdefault("tenant", self.tenant_id)
         options.setdefault("correlation_id", self.correlation_id)
+        if in_event_loop():
+            return call_off_loop(dispatch, name, payload, **options)
         return dispatch(name, payload, **options)
+
+    async def adispatch(
+        self, name: str, payload: Mapping[str, Any] | None = None, **options: Any
+    ) -> DispatchResult:
+        """``ctx.dispatch`` for ``async def`` handlers, without blocking the event loop."""
+        from asgiref.sync import sync_to_async
+
+        result: DispatchResult = await sync_to_async(self.dispatch, thread_sensitive=True)(
+            name, payload, **options
+        )
+        return result
 
     def defer(self, delay_ms: int) -> Deferral:
         """``return ctx.defer(ms)``: run again after ``delay_ms``, same attempt (max ``max_defers``)."""

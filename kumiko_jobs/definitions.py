@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from django.tasks import Task
+
     from kumiko_jobs.context import JobContext
 
 Handler = Callable[[dict[str, Any], "JobContext"], Any]
@@ -162,6 +164,9 @@ class JobDefinition:
     system_scope: bool = False
     # Seconds over which a per-tenant fan-out's children are spread (0 = all at once).
     spread: float = 0
+    # A Django ``@task`` run as this job (task_jobs.py builds the definition; not an @job option):
+    # its runs wait in priority-ordered flows and ``func`` is the task runner.
+    task: Task[..., Any] | None = field(default=None, compare=False, repr=False)
     # Raw declared values the checks report on when normalisation was impossible.
     declared: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -13,13 +13,13 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.db import router, transaction
 from django.utils import timezone
 
-from kumiko_jobs import faults, records
+from kumiko_jobs import faults, records, run_events
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
@@ -31,7 +31,9 @@ from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
+from kumiko_jobs.task_jobs import task_priority
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
+from kumiko_jobs.tenant_history import is_tenant_visible, subject_of
 from kumiko_jobs.validation import (
     MAX_CORRELATION_ID,
     MAX_TRIGGER_NAME,
@@ -131,10 +133,14 @@ def prepare(
     run_id: uuid.UUID | None = None,
     retry_of: uuid.UUID | None = None,
     fanout_of: str = "",
+    fanout_parent: str = "",
     scheduled_at: float | None = None,
     zone: str = "",
+    now: datetime | None = None,
 ) -> PreparedJob:
-    """Build a new run's job hash fields and its row, from arguments already validated."""
+    """Build a new run's job hash fields and its row, from arguments already validated
+    (``now``: its queued time, default now; the subject fields are checked here:
+    InvalidPayload names a non-primitive one)."""
     run_id = run_id or uuid.uuid4()
     wrapper = definition.per_tenant and tenant_id is None
     gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
@@ -152,11 +158,22 @@ def prepare(
         flow=gates.flow,
         limit_keys=gates.limit_keys,
         fanout_of=fanout_of if wrapper else "",
+        fanout_parent=fanout_parent,
+        subject=subject_of(definition, payload),
+        tenant_visible=is_tenant_visible(definition, tenant_id),
         scheduled_at=scheduled_at,
         zone=zone,
     )
     return prepared_from_meta(
-        definition, meta, gates, payload, job_id=job_id, delay=delay, unique=unique, retry_of=retry_of
+        definition,
+        meta,
+        gates,
+        payload,
+        job_id=job_id,
+        delay=delay,
+        unique=unique,
+        retry_of=retry_of,
+        now=now,
     )
 
 
@@ -171,12 +188,13 @@ def prepared_from_meta(
     unique: bool = False,
     retry_of: uuid.UUID | None = None,
     admit: bool = True,
+    now: datetime | None = None,
 ) -> PreparedJob:
     """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
     record after Redis lost it)."""
     config = get_config()
     keys = get_keys()
-    now = timezone.now()
+    now = now or timezone.now()
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
     jid = job_id or f"{keys.id_tag}-{uuid.UUID(meta.run_id).hex}"
@@ -190,6 +208,8 @@ def prepared_from_meta(
         failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
         max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
+        # A Django task's run waits in priority order; its payload says which (task_jobs.py).
+        priority=task_priority(payload) if definition.task is not None else None,
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = records.new_run_row(
@@ -201,6 +221,7 @@ def prepared_from_meta(
         fields=fields,
         row=row,
         gates=gates,
+        meta=meta,
         run_at=run_at,
         unique=unique,
         admit=admit,
@@ -257,10 +278,15 @@ def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
             records.safe(records.delete_unpushed, p.row.id)
         raise
     if pushed.dropped:
-        records.safe(
-            records.mark_dropped, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}"
-        )
+        records.safe(drop_replaced, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}")
+    if recorded and pushed.status == "queued":
+        run_events.queued([p.row])
     return _result(p, pushed)
+
+
+def drop_replaced(job_ids: Sequence[str], *, now: datetime, reason: str) -> None:
+    """Runs a ``replace`` push took out of their flow: dropped, and said so."""
+    run_events.dropped(records.mark_dropped(job_ids, now=now, reason=reason))
 
 
 def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
@@ -278,15 +304,18 @@ def _result(p: PreparedJob, pushed: Pushed) -> DispatchResult:
     return DispatchResult(p.row.job_name, "queued", p.job_id, str(p.row.id))
 
 
-def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *, rows_exist: bool) -> None:
-    """Make the run table agree with what Redis accepted."""
+def record_pushes(
+    prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *, rows_exist: bool, announce: bool = True
+) -> None:
+    """Make the run table agree with what Redis accepted (and send job_queued for the new runs,
+    unless ``announce`` is off: runs pushed again after Redis lost them were announced before)."""
     now = timezone.now()
     new_rows = [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued"]
     if new_rows and not rows_exist:
         records.insert_queued(new_rows)
     for p, o in zip(prepared, outcomes, strict=True):
         if o.dropped:
-            records.mark_dropped(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
+            drop_replaced(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
         if o.status == "debounced" and o.pending_job_id:
             records.merge_debounced(
                 o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
@@ -294,6 +323,7 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
         if rows_exist and o.status not in ("queued", "duplicate"):
             # Recorded inside the caller's transaction, but a gate said no at commit time.
             records.mark_not_enqueued(p.row.id, now=now, reason=o.reason or o.status)
+            run_events.dropped([p.row])
     if rows_exist:
         # "duplicate": pushed already (by rebuild.push_waiting, racing this commit).
         records.mark_pushed(
@@ -304,6 +334,10 @@ def record_pushes(prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *
             ],
             now=now,
         )
+    # Inside atomic() the rows were written with the caller's transaction and this runs after
+    # its commit: a rolled-back dispatch never says it was queued.
+    if announce:
+        run_events.queued(p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued")
 
 
 def push_after_commit(prepared: Sequence[PreparedJob]) -> None:

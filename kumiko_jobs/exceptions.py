@@ -85,3 +85,8 @@ class BootGateFailed(KumikoJobsError):
         self.job_name = job_name
         self.reason = reason
         super().__init__(f"boot gate {job_name} failed: {reason}")
+
+
+class TaskNotRun(KumikoJobsError):
+    """A Django task's run ended without an attempt of its own (it never reached Redis, was
+    refused at commit, or its job vanished); the run's error says which."""

@@ -1,12 +1,20 @@
 """Run one claimed job: decode it, route it (fan-out wrapper, unknown job, lowered cap) and run
-its handler inside its tenant, span and timeout. The outcome policy lives in outcomes.py."""
+its handler inside its tenant, span and timeout. The outcome policy lives in outcomes.py.
+
+A plain handler runs under the SIGALRM timeout (timeouts.py), an ``async def`` one on the
+thread's event loop with the timeout as a cancellation (async_handlers.py). A Django task's
+runner (task_execution.py) enforces its task's timeout itself, its function may be either.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kumiko_jobs import outcomes, records
+from kumiko_jobs import outcomes, records, run_events
+from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
 from kumiko_jobs.context import Deferral, JobContext, JobLogger
@@ -16,7 +24,7 @@ from kumiko_jobs.exceptions import MalformedJob
 from kumiko_jobs.fanout import run_fan_out
 from kumiko_jobs.jobdata import JobMeta, decode_payload
 from kumiko_jobs.lane import ClaimedJob
-from kumiko_jobs.observability import job_span
+from kumiko_jobs.observability import correlation_scope, processing, record_outcome
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import get_activator
@@ -25,11 +33,13 @@ from kumiko_jobs.timeouts import enforce_timeout
 
 class RunObserver(Protocol):
     """How a worker records that a run started: ``started`` when it does, ``finishing`` right
-    before its outcome is written (nothing may record the start after that)."""
+    before its outcome is written (nothing may record the start after that). ``finishing``
+    says whether the start was recorded (and job_started sent) on its own; if not, the outcome
+    write records it and the outcome policy announces it."""
 
     def started(self, meta: JobMeta, start: records.Started) -> None: ...
 
-    def finishing(self) -> None: ...
+    def finishing(self) -> bool: ...
 
 
 class RecordStartAtOnce:
@@ -40,19 +50,30 @@ class RecordStartAtOnce:
             records.mark_running, meta=meta, job_id=start.job_id, payload=start.payload, worker=start.worker,
             now=start.at,
         )  # fmt: skip
+        run_events.started(meta, start.job_id)
 
-    def finishing(self) -> None:
-        pass
+    def finishing(self) -> bool:
+        return True
 
 
 def run_claimed(
     job: ClaimedJob, *, worker: str, consumer_lane: str, observer: RunObserver | None = None
 ) -> Outcome:
-    """Decode, execute and record one claimed job. Never raises for job errors."""
+    """Decode, execute and record one claimed job, inside its process span. Never raises for
+    job errors."""
     try:
         meta = JobMeta.from_json(job.meta_raw)
     except MalformedJob as exc:
         return outcomes.malformed(job.job_id, None, exc)
+    with processing(meta, job.job_id, consumer_lane) as span:
+        outcome = _route(job, meta, worker=worker, consumer_lane=consumer_lane, observer=observer)
+        record_outcome(span, outcome.counted_as)
+    return outcome
+
+
+def _route(
+    job: ClaimedJob, meta: JobMeta, *, worker: str, consumer_lane: str, observer: RunObserver | None
+) -> Outcome:
     try:
         payload = decode_payload(job.data)
     except MalformedJob as exc:
@@ -102,19 +123,23 @@ def execute(
         log=log,
         inline=inline,
         scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
+        worker=start.worker,
     )
     try:
-        with (
-            job_span(ctx, meta.trace, consumer_lane),
-            get_activator()(meta.tenant_id),
-            enforce_timeout(definition.timeout, definition.name),
-        ):
-            result = definition.func(payload, ctx)
-        error: Exception | None = None
+        with correlation_scope(ctx.correlation_id), get_activator()(meta.tenant_id):
+            result = call_handler(definition, payload, ctx)
+        error: BaseException | None = None
     except Exception as exc:
         error = exc
+    except SystemExit as exc:
+        if definition.task is None:
+            raise
+        # Django's tasks framework records a task's SystemExit as a failure of the task. (A
+        # second SIGTERM lands here too: the attempt fails, and the worker stops after it.)
+        error = exc
     finally:
-        observer.finishing()
+        if observer.finishing():
+            start = dataclasses.replace(start, announced=True)
         if ctx.audit_uses:
             flush_audits(ctx)
         # The next job must not inherit a broken connection or a transaction this one left open.
@@ -123,7 +148,21 @@ def execute(
         return outcomes.failed_attempt(definition, job_id, meta, error, log.lines, start=start)
     if isinstance(result, Deferral):
         return outcomes.deferred(definition, job_id, meta, result.delay_ms, log.lines, start)
-    return outcomes.succeeded(definition, job_id, meta, log.lines, start)
+    # Only a task's return value is kept (checked JSON by its runner); a job's is ignored.
+    returned = result if definition.task is not None else None
+    return outcomes.succeeded(definition, job_id, meta, log.lines, start, result=returned)
+
+
+def call_handler(definition: JobDefinition, payload: dict[str, Any], ctx: JobContext) -> Any:
+    """Call the handler within the job's timeout: async handlers on this thread's event loop."""
+    if definition.task is not None:
+        return definition.func(payload, ctx)  # the task runner enforces the timeout itself
+    if inspect.iscoroutinefunction(definition.func):
+        return run_coroutine(
+            definition.func, (payload, ctx), timeout=definition.timeout, job_name=definition.name
+        )
+    with enforce_timeout(definition.timeout, definition.name):
+        return definition.func(payload, ctx)
 
 
 def perform_rq_job(job_name: str, payload: dict[str, Any]) -> None:

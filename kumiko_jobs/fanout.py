@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from kumiko_jobs import outcomes, records
+from kumiko_jobs import outcomes, records, run_events
 from kumiko_jobs.conf import import_setting
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.dispatching import prepare
@@ -64,6 +64,7 @@ def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
     records.safe(
         records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=start.worker, now=start.at
     )
+    run_events.started(meta, job_id)
     try:
         total = 0
         # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.
@@ -110,6 +111,7 @@ def _enqueue_batch(
             correlation_id=meta.correlation_id,
             trigger_name=meta.trigger_name,
             job_id=child_id,
+            fanout_parent=base,
             unique=True,
             # Same id on every attempt, so a row recorded late matches what Redis holds.
             run_id=uuid.uuid5(uuid.NAMESPACE_URL, child_id),
@@ -126,7 +128,8 @@ def _enqueue_batch(
         pushed = push_batch(prepared) if simple else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
-        records.insert_queued(
-            [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
-        )
+        rows = [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
+        records.insert_queued(rows)
+        # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
+        run_events.queued(rows)
     return len(tenants)

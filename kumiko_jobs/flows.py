@@ -7,7 +7,11 @@ A lane keeps its queued job ids in *flows*, FIFO lists served round-robin (see s
   defer, ``sequential``); the cap is part of the name so the dequeue needs no lookup, and the
   running count is kept under ``|<scope>`` so runs started under an older cap still count after
   a deploy changes it;
-- ``r|<scope>``: runs of ``concurrency="replace"`` (a new run drops the flow's waiting ones).
+- ``r|<scope>``: runs of ``concurrency="replace"`` (a new run drops the flow's waiting ones);
+- ``o`` + any of these (``ot|<tenant>``, ``oc<cap>|<scope>``): the same flow kept in priority
+  order instead of FIFO, for the runs of Django tasks (a sorted set, lua/flow_store.lua): a
+  higher ``priority`` is served first, equal priorities in the order they were queued. Priority
+  orders runs inside one flow only; the ring still serves flows (tenants) in turn.
 
 Limit keys name counters of queued+running runs (skip gates): ``m|<job>|<tenant>`` for
 ``max_per_tenant`` skip, ``k|<scope>`` for ``concurrency="skip"``. A scope is ``<job>|<tenant>``
@@ -20,7 +24,7 @@ A flow that holds work has a state in the lane's state hash: ``r`` (in the ring,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 TENANT = "t"
@@ -28,9 +32,10 @@ CAPPED = "c"
 REPLACE = "r"
 MAX_PER_TENANT = "m"
 SKIP = "k"
+ORDERED = "o"
 IN_RING = "r"
 PARKED = "p"
-_CAPPED_RE = re.compile(rf"^{CAPPED}(\d+)(\|.*)$")
+_CAPPED_RE = re.compile(rf"^{ORDERED}?{CAPPED}(\d+)(\|.*)$")
 
 
 class Limit(NamedTuple):
@@ -58,6 +63,15 @@ def replace_flow(scope_key: str) -> str:
     return f"{REPLACE}|{scope_key}"
 
 
+def ordered_flow(flow: str) -> str:
+    """The priority-ordered variant of ``flow`` (its cap and scope unchanged)."""
+    return flow if is_ordered(flow) else ORDERED + flow
+
+
+def is_ordered(flow: str) -> bool:
+    return flow.startswith(ORDERED)
+
+
 def max_per_tenant_limit(job_name: str, tenant_id: str, limit: int) -> Limit:
     return Limit(f"{MAX_PER_TENANT}|{job_name}|{tenant_id}", limit, "max_per_tenant")
 
@@ -70,6 +84,27 @@ def cap_of(flow: str) -> tuple[int, str] | None:
     """(cap, running-count field) of a capped flow, None for any other flow."""
     match = _CAPPED_RE.match(flow)
     return (int(match[1]), match[2]) if match else None
+
+
+# tenant_of_flow() of a flow whose runs span tenants (concurrency_scope="job").
+ANY_TENANT = "*"
+
+
+def tenant_of_flow(flow: str, job_names: Collection[str]) -> str | None:
+    """The tenant whose runs wait in ``flow`` (None: runs without a tenant; ``ANY_TENANT``:
+    a job-scoped flow, or one of a job this deploy does not know)."""
+    kind, _, rest = flow.partition("|")
+    if kind == TENANT:
+        return rest or None
+    if not (kind == REPLACE or _CAPPED_RE.match(flow)):
+        return ANY_TENANT
+    # rest is a scope: "<job>" or "<job>|<tenant>"; job names may contain "|" themselves.
+    if rest in job_names:
+        return ANY_TENANT
+    for index, char in enumerate(rest):
+        if char == "|" and rest[:index] in job_names:
+            return rest[index + 1 :] or None
+    return ANY_TENANT
 
 
 def join_keys(limits: Iterable[Limit]) -> str:
@@ -86,14 +121,20 @@ LUA_GRAMMAR = rf"""
 local NO_TENANT_FLOW = '{TENANT}|'
 local IN_RING, PARKED = '{IN_RING}', '{PARKED}'
 
+local function is_ordered(flow)
+  return string.sub(flow, 1, 1) == '{ORDERED}'
+end
+
 local function cap_of(flow)
-  if string.sub(flow, 1, 1) ~= '{CAPPED}' then return nil end
+  local kind = string.sub(flow, 1, 1)
+  if kind == '{ORDERED}' then return tonumber(string.match(flow, '^{ORDERED}{CAPPED}(%d+)|')) end
+  if kind ~= '{CAPPED}' then return nil end
   return tonumber(string.match(flow, '^{CAPPED}(%d+)|'))
 end
 
 -- Running-count field of a capped flow: its scope without the cap (see flows.py).
 local function counter_of(flow)
-  return string.match(flow, '^{CAPPED}%d+(|.*)$')
+  return string.match(flow, '^{ORDERED}?{CAPPED}%d+(|.*)$')
 end
 
 local function each_line(text)

@@ -31,6 +31,15 @@ class Gates:
 def gates_for(
     definition: JobDefinition, tenant_id: str | None, keys: Keys, *, wrapper: bool = False
 ) -> Gates:
+    gates = _gates_for(definition, tenant_id, keys, wrapper=wrapper)
+    if definition.task is not None:
+        # A Django task's runs wait in priority order: the same flow, kept ordered.
+        g = gates
+        return Gates(flows.ordered_flow(g.flow), g.limits, g.replace, g.debounce_key, g.debounce_seconds)
+    return gates
+
+
+def _gates_for(definition: JobDefinition, tenant_id: str | None, keys: Keys, *, wrapper: bool) -> Gates:
     if wrapper:
         # A fan-out wrapper is bookkeeping; its children carry the job's gates.
         return Gates(flow=flows.tenant_flow(tenant_id))

@@ -62,6 +62,7 @@ class JobLoop:
                 if not self._wait_for_work(burst, outage):
                     return
                 continue
+            w.note_claim()
             finished = self._run(job, execution_id)
 
     def _run(self, job: ClaimedJob, execution_id: str) -> Finished:
@@ -123,10 +124,13 @@ def start_threads(worker: LaneWorker, count: int, burst: bool) -> list[tuple[thr
 def _thread_main(loop: JobLoop, burst: bool) -> None:
     from django.db import connections
 
+    from kumiko_jobs.async_handlers import close_thread_loop
+
     try:
         loop.run(burst)
     except BaseException:
         logger.exception("worker %s: a job thread stopped unexpectedly", loop.worker.name)
         loop.worker.request_recycle("a job thread stopped unexpectedly")
     finally:
+        close_thread_loop()  # its async handlers' event loop and database thread
         connections.close_all()  # this thread's own connections

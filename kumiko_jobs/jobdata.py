@@ -46,6 +46,12 @@ class JobMeta:
     cap_defers: int = 0
     # Fan-out wrappers: the job id children ids derive from ('' = the wrapper's own).
     fanout_of: str = ""
+    # Fan-out children: the job id their ids derive from (their wrapper's, or its original's).
+    fanout_parent: str = ""
+    # Tenant-visible history (tenant_history.py): the run's canonical subject, and whether the
+    # tenant may see the run.
+    subject: str | None = None
+    tenant_visible: bool = False
     # Cron ticks: the tick's UTC time (epoch s); a tz="tenant" wrapper also names its zone.
     scheduled_at: float | None = None
     zone: str = ""
@@ -71,6 +77,12 @@ class JobMeta:
             raw["cd"] = self.cap_defers
         if self.fanout_of:
             raw["fo"] = self.fanout_of
+        if self.fanout_parent:
+            raw["fp"] = self.fanout_parent
+        if self.subject is not None:
+            raw["subj"] = self.subject
+        if self.tenant_visible:
+            raw["tv"] = 1
         if self.unknown_since is not None:
             raw["unknown_since"] = self.unknown_since
         if self.trace:
@@ -105,6 +117,9 @@ class JobMeta:
                 limit_keys=_text(d.get("lk", ""), 2000),
                 cap_defers=int(d.get("cd", 0)),
                 fanout_of=_text(d.get("fo", ""), 100),
+                fanout_parent=_text(d.get("fp", ""), 100),
+                subject=_optional_text(d.get("subj"), 500),
+                tenant_visible=bool(d.get("tv", 0)),
                 scheduled_at=None if d.get("at") is None else float(d["at"]),
                 zone=_text(d.get("zone", ""), 64),
             )
@@ -166,8 +181,10 @@ def job_fields(
     failure_ttl: int,
     status: str,
     max_payload_bytes: int | None = None,
+    priority: int | None = None,
 ) -> list[Any]:
-    """Field/value pairs of a new job hash, in RQ's format."""
+    """Field/value pairs of a new job hash, in RQ's format. ``priority`` orders a Django task's
+    run in its ordered flow (kumiko_pri, read by lua/flow_store.lua)."""
     stamp = utcformat(now)
     # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
     # field is an argument of the enqueue script call.
@@ -187,4 +204,13 @@ def job_fields(
         pairs += ["timeout", math.ceil(timeout)]
     if meta.limit_keys:
         pairs += ["kumiko_lk", meta.limit_keys]
+    if priority:
+        pairs += ["kumiko_pri", priority]
     return pairs
+
+
+def with_meta(fields: list[Any], meta: JobMeta) -> list[Any]:
+    """A copy of a job hash's field/value pairs (``job_fields``) with ``meta`` replaced."""
+    copy = list(fields)
+    copy[2 * fields[::2].index("meta") + 1] = meta.to_json()
+    return copy

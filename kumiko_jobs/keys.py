@@ -30,7 +30,15 @@ STATE_SUFFIX = "st"  # hash flow -> state of flows that hold work (see flows.py)
 RUNNING_SUFFIX = "run"  # hash counter key -> running runs of capped flows
 RING_SUFFIX = "ring"  # list of flows eligible to be served, head first
 WAKE_SUFFIX = "wake"  # token list idle workers block on
+# Hourly outcome counters of a lane (+ the hour number, unix time // 3600), kept STATS_TTL:
+STATS_SUFFIX = "stats:"  # hash: <outcome> and j|<job>|<outcome> -> attempts that ended so
+SUCCEEDING_SUFFIX = "tok:"  # sorted set: tenant -> succeeded runs
+FAILING_SUFFIX = "tfail:"  # sorted set: tenant -> final failures
+NO_TENANT = "-"  # the tenant field of runs without a tenant
+STATS_TTL = 26 * 3600  # 24 full hours and the current one, with a margin
 BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
+QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
+SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
@@ -41,7 +49,13 @@ local function state_key(P) return P .. '{STATE_SUFFIX}' end
 local function running_key(P) return P .. '{RUNNING_SUFFIX}' end
 local function ring_key(P) return P .. '{RING_SUFFIX}' end
 local function wake_key(P) return P .. '{WAKE_SUFFIX}' end
+local function stats_key(P, hour) return P .. '{STATS_SUFFIX}' .. hour end
+local function succeeding_key(P, hour) return P .. '{SUCCEEDING_SUFFIX}' .. hour end
+local function failing_key(P, hour) return P .. '{FAILING_SUFFIX}' .. hour end
+local NO_TENANT, STATS_TTL = '{NO_TENANT}', {STATS_TTL}
 local function broken_key(P) return P .. '{BROKEN_SUFFIX}' end
+local function queued_key(P) return P .. '{QUEUED_SUFFIX}' end
+local function sequence_key(P) return P .. '{SEQUENCE_SUFFIX}' end
 """
 
 
@@ -81,6 +95,11 @@ class Keys:
     def scheduled(self, lane: str) -> str:
         return f"rq:scheduled:{self.queue_name(lane)}"
 
+    def outcome_registries(self, lane: str) -> list[str]:
+        """KEYS of the scripts that finish attempts: started, finished, failed, scheduled, and
+        the active-limits hash (lua/finish_and_claim.lua, lua/reap.lua)."""
+        return [self.started(lane), self.finished(lane), self.failed(lane), self.scheduled(lane), self.active]
+
     @staticmethod
     def job(job_id: str) -> str:
         return f"{RQ_JOB_PREFIX}{job_id}"
@@ -109,8 +128,27 @@ class Keys:
     def wake(self, lane: str) -> str:
         return f"{self.lane(lane)}{WAKE_SUFFIX}"
 
+    def stats(self, lane: str, hour: int) -> str:
+        """Hash of a lane's attempt outcomes in one hour, overall and per job."""
+        return f"{self.lane(lane)}{STATS_SUFFIX}{hour}"
+
+    def succeeding_tenants(self, lane: str, hour: int) -> str:
+        """Sorted set of a lane's tenants by succeeded runs in one hour."""
+        return f"{self.lane(lane)}{SUCCEEDING_SUFFIX}{hour}"
+
+    def failing_tenants(self, lane: str, hour: int) -> str:
+        """Sorted set of a lane's tenants by final failures in one hour."""
+        return f"{self.lane(lane)}{FAILING_SUFFIX}{hour}"
+
     def broken_flows(self, lane: str) -> str:
         return f"{self.lane(lane)}{BROKEN_SUFFIX}"
+
+    def queued_count(self, lane: str) -> str:
+        """How many ids the lane's flows hold, kept by the lane scripts (count_queued)."""
+        return f"{self.lane(lane)}{QUEUED_SUFFIX}"
+
+    def sequence(self, lane: str) -> str:
+        return f"{self.lane(lane)}{SEQUENCE_SUFFIX}"
 
     # Our own keys ------------------------------------------------------------------------
     @property

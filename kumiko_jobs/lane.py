@@ -11,8 +11,9 @@ import redis
 from rq.utils import utcformat
 
 from kumiko_jobs.keys import Keys
+from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
-from kumiko_jobs.scripts import FinishAndClaimArgs, PromoteArgs, argv, scripts_for
+from kumiko_jobs.scripts import NO_ENDING, Ending, FinishAndClaimArgs, PromoteArgs, argv, scripts_for
 
 
 @dataclass(frozen=True)
@@ -42,43 +43,51 @@ class Claim:
     deadline: float
 
 
+def ending_of(outcome: Outcome) -> Ending:
+    """An attempt's outcome as the finishing scripts take it."""
+    release = outcome.release
+    return Ending(
+        kind=outcome.kind,
+        ttl=outcome.ttl,
+        retry_at=outcome.retry_at,
+        meta=outcome.meta,
+        exc_info=outcome.exc_info,
+        flow=release.flow,
+        limit_keys=release.limit_keys,
+        current_flow=release.current_flow,
+    )
+
+
 def finish_and_claim(
     client: redis.Redis, keys: Keys, lane: str, finished: Finished | None = None, claim: Claim | None = None
 ) -> ClaimedJob | None:
-    """Tell Redis how an attempt ended and/or claim the next job, in one round trip."""
+    """Tell Redis how an attempt ended and/or claim the next job, in one round trip. The call
+    also carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
     now = datetime.now(UTC)
-    outcome = finished.outcome if finished else None
-    release = outcome.release if outcome else None
+    if finished is not None:
+        outcome = finished.outcome
+        tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, now.timestamp())
+    counts = tally.take(lane, force=claim is None)
     args = FinishAndClaimArgs(
         now=now.timestamp(),
         now_iso=utcformat(now),
         worker=claim.worker if claim else "",
         deadline=claim.deadline if claim else 0.0,
         job_id=finished.job_id if finished else "",
-        kind=outcome.kind if outcome else "",
         member=finished.member if finished else "",
-        ttl=outcome.ttl if outcome else 0,
-        retry_at=outcome.retry_at if outcome else 0.0,
-        meta=outcome.meta if outcome else "",
-        exc_info=outcome.exc_info if outcome else b"",
         claim="1" if claim else "",
         execution_id=claim.execution_id if claim else "",
         lane_prefix=keys.lane(lane),
-        flow=release.flow if release else "",
-        limit_keys=release.limit_keys if release else "",
-        current_flow=release.current_flow if release else "",
+        counts=len(counts) // 5,
     )
-    raw = scripts_for(client).finish_and_claim(
-        keys=[
-            keys.started(lane),
-            keys.finished(lane),
-            keys.failed(lane),
-            keys.scheduled(lane),
-            keys.active,
-            keys.queue(lane),
-        ],
-        args=argv(args),
-    )
+    ending = ending_of(finished.outcome) if finished else NO_ENDING
+    try:
+        raw = scripts_for(client).finish_and_claim(
+            keys=[*keys.outcome_registries(lane), keys.queue(lane)], args=argv(args, *ending, *counts)
+        )
+    except redis.RedisError:
+        tally.give_back(lane, counts)  # counted with the next call
+        raise
     if not raw:
         return None
     return ClaimedJob(job_id=raw[0].decode(), data=raw[1], meta_raw=raw[2])
@@ -94,3 +103,9 @@ def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) ->
         keys=[keys.scheduled(lane), keys.queue(lane)], args=argv(args)
     )
     return float(next_due) if next_due is not None else None
+
+
+def count_claims(client: redis.Redis, keys: Keys, lane: str, claimed: int) -> None:
+    """Take ``claimed`` ids off the lane's queued count (see lua/common.lua: count_queued)."""
+    if claimed:
+        client.decrby(keys.queued_count(lane), claimed)

@@ -19,6 +19,7 @@ from kumiko_jobs.exceptions import KumikoJobsError, MalformedJob
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import Keys
+from kumiko_jobs.lane import ending_of
 from kumiko_jobs.models import FINISHED_STATUSES
 from kumiko_jobs.outcomes import Release
 from kumiko_jobs.registry import registry
@@ -74,28 +75,10 @@ def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
         now_iso=utcformat(datetime.now(UTC)),
         member=member,
         job_id=job_id,
-        kind=outcome.kind,
-        ttl=outcome.ttl,
-        retry_at=outcome.retry_at,
-        meta=outcome.meta,
-        exc_info=outcome.exc_info,
         lane_prefix=keys.lane(lane),
-        flow=outcome.release.flow,
-        limit_keys=outcome.release.limit_keys,
-        current_flow=outcome.release.current_flow,
     )
-    reaped = int(
-        scripts_for(client).reap(
-            keys=[
-                keys.started(lane),
-                keys.finished(lane),
-                keys.failed(lane),
-                keys.scheduled(lane),
-                keys.active,
-            ],
-            args=argv(args),
-        )
-    )
+    script = scripts_for(client).reap
+    reaped = int(script(keys=keys.outcome_registries(lane), args=argv(args, *ending_of(outcome))))
     if reaped:
         logger.warning("kumiko_jobs: reaped abandoned job %s (%s): %s", job_id, job_name, outcome.counted_as)
     return reaped

@@ -49,6 +49,8 @@ class JobRun(models.Model):
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     logs = models.JSONField(default=list, blank=True)
+    # A Django task's return value (JSON), set when it succeeds; NULL otherwise.
+    result = models.JSONField(null=True, blank=True)
     defer_count = models.PositiveIntegerField(default=0)
     # Per-tenant fan-out wrappers: how many tenant runs this run enqueued.
     fanout_count = models.PositiveIntegerField(null=True, blank=True)
@@ -57,6 +59,11 @@ class JobRun(models.Model):
     # A wrapper's children get job ids derived from this job id (a retried wrapper's from the
     # original's), so a retry enqueues only the tenants the original did not reach.
     fanout_of = models.CharField(max_length=100, blank=True, default="")
+    # A fan-out child: the job id its wrapper's children ids derive from (the original wrapper).
+    fanout_parent = models.CharField(max_length=100, blank=True, default="")
+    # The tenant may see this run (tenant_visible_run, and the run has a tenant): see
+    # kumiko_jobs.tenant_history for what of it.
+    tenant_visible = models.BooleanField(default=False)
     # When the run reached Redis. Unset only for a run recorded in a caller's transaction whose
     # push after commit has not happened yet (rebuild.push_waiting finds those).
     pushed_at = models.DateTimeField(null=True, blank=True)
@@ -77,7 +84,24 @@ class JobRun(models.Model):
             models.Index(fields=("tenant_id", "status", "-queued_at"), name="kj_run_tenant_status"),
             models.Index(fields=("job_name", "status", "-queued_at"), name="kj_run_job_status"),
             models.Index(fields=("status", "-queued_at"), name="kj_run_status"),
+            # Also retention's walk over the oldest runs (retention.py), so pruning adds no index.
             models.Index(fields=("-queued_at",), name="kj_run_queued_at"),
+            # The runs of one request (CorrelationMiddleware) or chain: the admin's correlation filter.
+            models.Index(fields=("correlation_id", "-queued_at"), name="kj_run_correlation"),
+            # Partial: only rows of their kind pay for these.
+            models.Index(
+                fields=("tenant_id", "-queued_at"),
+                name="kj_run_tenant_visible",
+                condition=Q(tenant_visible=True),
+            ),
+            models.Index(
+                fields=("tenant_id", "job_name", "subject", "-queued_at"),
+                name="kj_run_tenant_subject",
+                condition=Q(tenant_visible=True),
+            ),
+            models.Index(
+                fields=("fanout_parent",), name="kj_run_fanout_parent", condition=~Q(fanout_parent="")
+            ),
             # Tiny: runs committed but not pushed yet (the outbox rebuild.push_waiting reads).
             models.Index(
                 fields=("queued_at",),
@@ -106,6 +130,50 @@ class JobRun(models.Model):
         return f"{self.job_name} [{self.status}] {self.job_id}"
 
 
+class TenantFailure(models.Model):
+    """What a tenant may know about a run that failed finally: one row per (tenant, job,
+    subject), with a message key for the tenant's own UI and never the error text. Written on a
+    final failure of a job declaring ``tenant_visible_failure``; a later success of the same
+    (tenant, job, subject) deletes it (records.py)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant_id = models.CharField(max_length=64)
+    job_name = models.CharField(max_length=200)
+    # Canonical JSON of the subject fields (tenant_history.subject_of); NULL without any.
+    subject = models.CharField(max_length=500, null=True, blank=True)  # noqa: DJ001
+    message_key = models.CharField(max_length=200)
+    count = models.PositiveIntegerField(default=1)
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    # For operators: the run that failed last (never shown to the tenant).
+    last_run_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-last_failed_at",)
+        indexes = (
+            models.Index(fields=("tenant_id", "-last_failed_at"), name="kj_failure_tenant"),
+            models.Index(fields=("last_failed_at",), name="kj_failure_age"),
+        )
+        # One row per key; NULL subjects compare equal only through the second constraint
+        # (NULLS NOT DISTINCT is PostgreSQL 15+ only). Both are upsert targets (records.py).
+        constraints = (
+            models.UniqueConstraint(
+                fields=("tenant_id", "job_name", "subject"),
+                condition=Q(subject__isnull=False),
+                name="kj_failure_one_per_subject",
+            ),
+            models.UniqueConstraint(
+                fields=("tenant_id", "job_name"),
+                condition=Q(subject__isnull=True),
+                name="kj_failure_one_without_subject",
+            ),
+            models.CheckConstraint(condition=Q(count__gte=1), name="kj_failure_count_positive"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.message_key} ({self.job_name}, tenant {self.tenant_id})"
+
+
 class EscapeHatchAudit(models.Model):
     """One row per (job, tenant, kind) and dedup window; ``count`` counts the uses in it."""
 
@@ -128,6 +196,8 @@ class EscapeHatchAudit(models.Model):
         indexes = (
             models.Index(fields=("tenant_id", "-last_seen"), name="kj_audit_tenant"),
             models.Index(fields=("job_name", "kind", "-last_seen"), name="kj_audit_job_kind"),
+            # Retention deletes the oldest audits in batches.
+            models.Index(fields=("last_seen",), name="kj_audit_age"),
         )
         constraints = (
             models.UniqueConstraint(
@@ -138,3 +208,19 @@ class EscapeHatchAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} by {self.job_name} ({self.tenant_id or 'no tenant'})"
+
+
+# Pages of the operator console in the admin (admin/console/). Proxies give each page a place
+# in the admin index and its own view permission; they have no table of their own.
+class ConsoleOverview(JobRun):
+    class Meta:
+        proxy = True
+        verbose_name = "overview"
+        verbose_name_plural = "overview"
+
+
+class JobCatalog(JobRun):
+    class Meta:
+        proxy = True
+        verbose_name = "job"
+        verbose_name_plural = "job catalog"

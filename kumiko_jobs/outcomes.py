@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from kumiko_jobs import records, run_events
+from kumiko_jobs import failure_records, records, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import JobDefinition
@@ -24,6 +24,8 @@ from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
 from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.observability import record_failure
+from kumiko_jobs.scrubbing import scrub
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -53,6 +55,9 @@ class Outcome:
     retry_at: float = 0.0
     exc_info: bytes = b""
     ttl: int = 0
+    # Whose attempt it was, for the lane's hourly counters ('' for data that is not a job).
+    job_name: str = ""
+    tenant_id: str | None = None
 
 
 def release_of(definition: JobDefinition | None, meta: JobMeta) -> Release:
@@ -73,10 +78,22 @@ def succeeded(
     meta: JobMeta,
     logs: list[LogLine],
     start: records.Started | None,
+    *,
+    result: Any = None,
 ) -> Outcome:
-    records.safe(records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start)
+    """``result``: what a Django task returned (stored on the run); None for jobs."""
+    records.safe(
+        records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start, result=result
+    )
+    if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
+        # A success clears the tenant's failure record of the same subject.
+        records.safe(failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject)
     run_events.attempt_ended(meta, job_id, "succeeded", started_at=start.at if start else None, final=True)
-    return Outcome("ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]))
+    _announce_start(meta, job_id, start)
+    run_events.succeeded(meta, job_id)
+    return Outcome(
+        "ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]), **_whose(meta)
+    )
 
 
 def failed_attempt(
@@ -91,11 +108,19 @@ def failed_attempt(
 ) -> Outcome:
     """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
     now = datetime.now(UTC)
-    message = f"{exc.__class__.__name__}: {exc}"
-    trace_text = "".join(tb.format_exception(exc))
+    # Scrubbed before anything stores or logs them: run record, Redis, span, log line.
+    message = scrub(f"{exc.__class__.__name__}: {exc}")
+    trace_text = scrub("".join(tb.format_exception(exc)))
+    record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts
     final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
-    logs = [*logs, {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}]
+    line: LogLine = {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}
+    # Which exception and worker, per failed attempt: a Django task's errors and worker ids
+    # are read back from these lines (task_results.py).
+    line["exception"] = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    if start is not None:
+        line["worker"] = start.worker
+    logs = [*logs, line]
     release = release_of(definition, meta)
     started_at = start.at if start else None
     if final:
@@ -108,8 +133,13 @@ def failed_attempt(
             logs=logs,
             started=start,
         )
+        _record_tenant_failure(definition, meta, exc, now)
         # One line per failed attempt; never the payload (it may carry personal data).
-        run_events.attempt_ended(meta, job_id, "failed", started_at=started_at, final=True, error=message)
+        run_events.attempt_ended(
+            meta, job_id, "failed", started_at=started_at, final=True, error=message, exc=exc
+        )
+        _announce_start(meta, job_id, start)
+        run_events.failed(meta, job_id, final=True, error=message)
         return Outcome(
             "failed",
             "failed",
@@ -117,6 +147,7 @@ def failed_attempt(
             meta=meta.to_json(),
             exc_info=zlib.compress(trace_text.encode()),
             ttl=int(get_config()["FAILURE_TTL"]),
+            **_whose(meta),
         )
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
@@ -132,10 +163,14 @@ def failed_attempt(
         max_attempts=max_attempts,
         started=start,
     )
-    run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message)
+    run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message, exc=exc)
+    _announce_start(meta, job_id, start)
+    run_events.failed(meta, job_id, final=False, error=message)
     if delay <= 0:
-        return Outcome("requeue", "retried", release, meta=next_meta.to_json())
-    return Outcome("retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay)
+        return Outcome("requeue", "retried", release, meta=next_meta.to_json(), **_whose(meta))
+    return Outcome(
+        "retry", "retried", release, meta=next_meta.to_json(), retry_at=time.time() + delay, **_whose(meta)
+    )
 
 
 def deferred(
@@ -155,7 +190,9 @@ def deferred(
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
     records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
-    run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at)
+    run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
+    _announce_start(meta, job_id, start)
+    run_events.deferred(meta, job_id)
     next_meta = dataclasses.replace(meta, defers=meta.defers + 1)
     return Outcome(
         "retry",
@@ -163,6 +200,38 @@ def deferred(
         release_of(definition, meta),
         meta=next_meta.to_json(),
         retry_at=next_at.timestamp(),
+        **_whose(meta),
+    )
+
+
+def _whose(meta: JobMeta) -> dict[str, Any]:
+    return {"job_name": meta.job_name, "tenant_id": meta.tenant_id}
+
+
+def _announce_start(meta: JobMeta, job_id: str, start: records.Started | None) -> None:
+    """A short run's start is recorded with its outcome, so job_started goes out with it."""
+    if start is not None and not start.announced:
+        run_events.started(meta, job_id)
+
+
+def _record_tenant_failure(
+    definition: JobDefinition | None, meta: JobMeta, exc: BaseException, now: datetime
+) -> None:
+    declared = definition.tenant_visible_failure if definition is not None else None
+    if declared is None or not meta.tenant_id:
+        return  # not declared, or a system run: no tenant to tell
+    # The error's own key when it carries one (a project's "user-facing" exceptions), else the
+    # declaration's. Never the error text.
+    own = getattr(exc, "message_key", None)
+    key = own if isinstance(own, str) and own.strip() else declared.message_key
+    records.safe(
+        failure_records.record_tenant_failure,
+        tenant_id=meta.tenant_id,
+        job_name=meta.job_name,
+        subject=meta.subject,
+        message_key=key[:200],
+        run_id=meta.run_id,
+        now=now,
     )
 
 
@@ -176,19 +245,8 @@ def held_back(
     cap_defers: int,
 ) -> Outcome:
     """Put the run back without an attempt (over a cap lowered since it was queued)."""
-    now = datetime.now(UTC)
-    next_at = now + timedelta(milliseconds=delay_ms)
-    job_id = start.job_id
-    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
-    run_events.attempt_ended(meta, job_id, "requeued")
     next_meta = dataclasses.replace(meta, cap_defers=cap_defers)
-    return Outcome(
-        "retry",
-        "requeued",
-        release_of(definition, meta),
-        meta=next_meta.to_json(),
-        retry_at=next_at.timestamp(),
-    )
+    return _requeued(definition, meta, next_meta, start, delay_ms / 1000, line, "over_cap")
 
 
 def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome:
@@ -200,19 +258,35 @@ def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome
     if now.timestamp() - first_seen >= float(config["UNKNOWN_JOB_GRACE"]):
         return failed_attempt(None, job_id, meta, UnknownJob(job_name, []), [])
     delay = float(config["UNKNOWN_JOB_RETRY_DELAY"])
-    message = (
+    message = scrub(
         f"Unknown job {job_name!r} on worker of this deploy; retrying in {delay:g}s "
         f"(gives up {config['UNKNOWN_JOB_GRACE']}s after first seen)."
     )
     line = {"t": now.isoformat(), "level": "warning", "msg": message, "attempt": meta.attempt}
+    next_meta = dataclasses.replace(meta, unknown_since=first_seen)
+    return _requeued(None, meta, next_meta, start, delay, line, "unknown_job", error=message)
+
+
+def _requeued(
+    definition: JobDefinition | None,
+    meta: JobMeta,
+    next_meta: JobMeta,
+    start: records.Started,
+    delay: float,
+    line: LogLine,
+    reason: str,
+    *,
+    error: str | None = None,
+) -> Outcome:
+    """Back to its flow after ``delay`` seconds without consuming an attempt."""
+    now = datetime.now(UTC)
     next_at = now + timedelta(seconds=delay)
     records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
-    run_events.attempt_ended(meta, job_id, "requeued", error=message)
-    next_meta = dataclasses.replace(meta, unknown_since=first_seen)
+    run_events.attempt_ended(meta, start.job_id, "requeued", error=error, deferral=reason)
     return Outcome(
         "retry",
         "requeued",
-        release_of(None, meta),
+        release_of(definition, meta),
         meta=next_meta.to_json(),
         retry_at=next_at.timestamp(),
     )
@@ -229,7 +303,7 @@ def recorded_outcome(definition: JobDefinition | None, meta: JobMeta, status: st
 
 def malformed(job_id: str, run_id: str | None, exc: MalformedJob, release: Release = Release()) -> Outcome:
     """Data that is not a kumiko job: fail it into the failed registry, never run it."""
-    message = f"Malformed job data, cannot run it: {exc}"
+    message = scrub(f"Malformed job data, cannot run it: {exc}")
     logger.error("kumiko_jobs: %s job_id=%s", message, job_id)
     now = datetime.now(UTC)
     records.safe(records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message)

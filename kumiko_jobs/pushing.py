@@ -19,8 +19,11 @@ from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.gates import Gates
+from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import RQ_QUEUES
+from kumiko_jobs.metrics import count_refused
 from kumiko_jobs.models import JobRun
+from kumiko_jobs.observability import sending
 from kumiko_jobs.scripts import EnqueueArgs, argv, scripts_for
 
 _registered_queues: set[str] = set()
@@ -35,6 +38,7 @@ class PreparedJob:
     fields: list[Any]
     row: JobRun
     gates: Gates
+    meta: JobMeta
     run_at: float = 0.0
     unique: bool = False
     # False: the run's skip limits are counted already (a job Redis lost behind kumiko's back
@@ -62,19 +66,23 @@ def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> 
     client = client or get_redis()
     enqueue = scripts_for(client).enqueue
     now = timezone.now().timestamp()
-    try:
-        _register_queues(client, {p.lane for p in prepared})
-        if len(prepared) == 1:
-            p = prepared[0]
-            raw = [enqueue(keys=_keys(p), args=_args(p, now), client=client)]
-        else:
-            pipe = client.pipeline(transaction=False)
-            for p in prepared:
-                enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
-            raw = pipe.execute()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise unavailable(exc) from exc
-    return [_decode(p, r) for p, r in zip(prepared, raw, strict=True)]
+    with sending(prepared) as send:
+        jobs = send.jobs
+        try:
+            _register_queues(client, {p.lane for p in jobs})
+            if len(jobs) == 1:
+                raw = [enqueue(keys=_keys(jobs[0]), args=_args(jobs[0], now), client=client)]
+            else:
+                pipe = client.pipeline(transaction=False)
+                for p in jobs:
+                    enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
+                raw = pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise unavailable(exc) from exc
+        pushed = [_decode(p, r) for p, r in zip(jobs, raw, strict=True)]
+        send.pushed(pushed)
+    count_refused(jobs, pushed)
+    return pushed
 
 
 WATCH_ATTEMPTS = 5
@@ -127,6 +135,14 @@ def push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:
     """Send the enqueue script, run ``meanwhile`` (the row insert) while Redis works, then read
     Redis' answer: one round trip's wait instead of two. QueueUnavailable may come after
     ``meanwhile`` ran; the caller undoes what it did then."""
+    with sending([p]) as send:
+        pushed = _push_overlapped(send.jobs[0], meanwhile)
+        send.pushed([pushed])
+    count_refused([p], [pushed])
+    return pushed
+
+
+def _push_overlapped(p: PreparedJob, meanwhile: Callable[[], object]) -> Pushed:
     client = get_redis()
     script = scripts_for(client).enqueue
     keys, args = _keys(p), _args(p, timezone.now().timestamp())
@@ -170,7 +186,14 @@ def push_batch(prepared: Sequence[PreparedJob], client: redis.Redis | None = Non
     script call: the shared hash fields travel once, not once per job. No replace or debounce."""
     if not prepared:
         return []
-    client = client or get_redis()
+    with sending(prepared) as send:
+        pushed = _push_batch(send.jobs, client or get_redis())
+        send.pushed(pushed)
+    count_refused(prepared, pushed)
+    return pushed
+
+
+def _push_batch(prepared: Sequence[PreparedJob], client: redis.Redis) -> list[Pushed]:
     first = dict(zip(prepared[0].fields[::2], prepared[0].fields[1::2], strict=True))
     shared = [item for key, value in first.items() if key not in _OWN_FIELDS for item in (key, value)]
     args: list[Any] = [get_keys().lane(prepared[0].lane), len(shared), *shared]

@@ -39,6 +39,7 @@ from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
 from kumiko_jobs.pushing import PreparedJob, push
 from kumiko_jobs.registry import registry
+from kumiko_jobs.task_jobs import on_run_lane
 
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 500
@@ -47,7 +48,8 @@ OUTBOX_GRACE = 5.0
 ROW_FIELDS = (
     "id", "job_name", "tenant_id", "status", "attempt", "max_attempts", "lane", "job_id", "trigger_name",
     "triggered_by", "correlation_id", "payload", "next_attempt_at", "defer_count", "fanout_of",
-    "retry_of", "updated_at", "pushed_at", "scheduled_at", "zone",
+    "retry_of", "updated_at", "pushed_at", "scheduled_at", "zone", "subject", "tenant_visible",
+    "fanout_parent",
 )  # fmt: skip
 
 
@@ -56,15 +58,16 @@ def owned_by(keys: Keys) -> Q:
     return Q(job_id__startswith=f"{keys.id_tag}-")
 
 
-def repush(client: redis.Redis, rows: Sequence[JobRun], *, admit: bool) -> int:
+def repush(client: redis.Redis, rows: Sequence[JobRun], *, admit: bool, announce: bool = False) -> int:
     """Push these runs again from their records; returns how many Redis took. ``admit=False``
-    for runs whose skip limits Redis still counts (one hash lost, not the whole dataset)."""
+    for runs whose skip limits Redis still counts (one hash lost, not the whole dataset);
+    ``announce`` for runs never pushed before (the outbox), whose job_queued is still due."""
     prepared = [p for p in (_prepared(row, admit=admit) for row in rows) if p is not None]
     if not prepared:
         return 0
     pushed = push(prepared, client)
     faults.crash_point("rebuild:after_push")
-    records.safe(record_pushes, prepared, pushed, rows_exist=True)
+    records.safe(record_pushes, prepared, pushed, rows_exist=True, announce=announce)
     back = [p.row.id for p, o in zip(prepared, pushed, strict=True) if o.status == "queued"]
     records.safe(records.mark_pushed_again, back, now=datetime.now(UTC))
     taken = sum(o.status in ("queued", "duplicate") for o in pushed)
@@ -78,6 +81,7 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
     if definition is None:
         logger.warning("kumiko_jobs: run %s of undeclared job %r stays where it is", row.pk, row.job_name)
         return None
+    definition = on_run_lane(definition, row.lane)
     gates = gates_for(definition, row.tenant_id, get_keys(), wrapper=target is not None)
     meta = JobMeta(
         run_id=str(row.pk),
@@ -93,6 +97,9 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
         flow=gates.flow,
         limit_keys=gates.limit_keys,
         fanout_of=row.fanout_of,
+        fanout_parent=row.fanout_parent,
+        subject=row.subject,
+        tenant_visible=row.tenant_visible,
         scheduled_at=row.scheduled_at.timestamp() if row.scheduled_at else None,
         zone=row.zone,
     )
@@ -124,7 +131,7 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     # One worker of the lane pushes them (the pushes are unique either way).
     if not rows or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
         return 0
-    return repush(client, rows, admit=True)
+    return repush(client, rows, admit=True, announce=True)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from kumiko_jobs import db_connections
 from kumiko_jobs.jobdata import JobMeta
-from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -41,6 +41,9 @@ class Started:
     payload: Mapping[str, Any]
     worker: str
     at: datetime
+    # The start was recorded on its own and job_started sent (a run that lasted); short runs
+    # get both with their outcome.
+    announced: bool = False
 
 
 def new_run_row(
@@ -71,6 +74,9 @@ def new_run_row(
         updated_at=queued_at,
         retry_of=retry_of,
         fanout_of=meta.fanout_of,
+        fanout_parent=meta.fanout_parent,
+        subject=meta.subject,
+        tenant_visible=meta.tenant_visible,
         scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
         zone=meta.zone,
         # Every path but a dispatch inside atomic() records a run once it is in Redis (or while
@@ -155,8 +161,10 @@ def mark_running(
 
 
 def mark_succeeded(
-    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None
+    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
 ) -> None:
+    """``result``: a Django task's JSON return value (None is the column's default, never written)."""
+    values: dict[str, Any] = {} if result is None else {"result": result}
     _finish(
         meta,
         started,
@@ -166,6 +174,7 @@ def mark_succeeded(
         logs=_all_logs(meta, logs),
         error="",
         traceback="",
+        **values,
     )
 
 
@@ -392,11 +401,23 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
     return False
 
 
-def mark_dropped(job_ids: Iterable[str], *, now: datetime, reason: str) -> None:
-    """Waiting runs that will never run (replaced, canceled); a run that started is left alone."""
-    JobRun.objects.filter(job_id__in=list(job_ids), status__in=(RunStatus.QUEUED, RunStatus.DEFERRED)).update(
-        status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
-    )
+def mark_dropped(
+    job_ids: Iterable[str],
+    *,
+    now: datetime,
+    reason: str,
+    waiting: Sequence[str] = (RunStatus.QUEUED, RunStatus.DEFERRED),
+) -> list[JobRun]:
+    """Waiting runs that will never run (replaced, canceled); a run that started is left alone.
+    Returns the dropped rows (the fields of ``run_events.DROPPED_FIELDS``), for job_dropped.
+    Redis took them out of their flows first, so no worker starts them between read and update."""
+    query = JobRun.objects.filter(job_id__in=list(job_ids), status__in=waiting)
+    rows = list(query.only(*_DROPPED_FIELDS))
+    if rows:
+        JobRun.objects.filter(pk__in=[row.pk for row in rows], status__in=waiting).update(
+            status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=reason
+        )
+    return rows
 
 
 def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
@@ -404,6 +425,15 @@ def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
     JobRun.objects.filter(pk=run_id).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued at commit: {reason}"
     )
+
+
+_DROPPED_FIELDS = ("id", "job_id", "job_name", "tenant_id", "attempt", "max_attempts", "lane")
+
+
+def delete_runs(run_ids: Sequence[uuid.UUID]) -> int:
+    """Retention: delete these finished runs (retention.py picks them, a batch at a time)."""
+    deleted, _ = JobRun.objects.filter(pk__in=run_ids, status__in=FINISHED_STATUSES).delete()
+    return deleted
 
 
 def delete_unpushed(run_id: uuid.UUID) -> None:

@@ -35,6 +35,15 @@ class JobRegistry:
         # Kept for the system check instead of raising at import time, so one run of
         # ``manage.py check`` lists every duplicate.
         self.duplicates: list[tuple[JobDefinition, JobDefinition]] = []
+        # Called with a name nothing is registered under (task_jobs.py: a Django task's name is
+        # its import path, so a worker imports a task's module when it first meets one).
+        self._resolvers: list[Callable[[str], object]] = []
+        self._unresolved: set[str] = set()
+
+    def add_resolver(self, resolver: Callable[[str], object]) -> None:
+        """``resolver(name)`` may register the job called ``name``; asked once per unknown name."""
+        if resolver not in self._resolvers:
+            self._resolvers.append(resolver)
 
     def register(self, definition: JobDefinition) -> None:
         existing = self._jobs.get(definition.name)
@@ -53,13 +62,28 @@ class JobRegistry:
         """The job called ``name``; UnknownJob (with close matches) if there is none."""
         if not isinstance(name, str):
             raise UnknownJob(repr(name), [])
-        try:
-            return self._jobs[name]
-        except KeyError:
-            raise UnknownJob(name, difflib.get_close_matches(name, list(self._jobs), n=3)) from None
+        definition = self.find(name)
+        if definition is None:
+            raise UnknownJob(name, difflib.get_close_matches(name, list(self._jobs), n=3))
+        return definition
 
     def find(self, name: str) -> JobDefinition | None:
-        return self._jobs.get(name)
+        definition = self._jobs.get(name)
+        if definition is None and self._resolvers:
+            return self._resolve(name)
+        return definition
+
+    def _resolve(self, name: str) -> JobDefinition | None:
+        if name in self._unresolved:
+            return None
+        for resolver in self._resolvers:
+            resolver(name)
+            if name in self._jobs:
+                return self._jobs[name]
+        if len(self._unresolved) > 10_000:  # names from a poisoned queue must not grow memory
+            self._unresolved.clear()
+        self._unresolved.add(name)
+        return None
 
     def for_event(self, event: str) -> list[JobDefinition]:
         return list(self._by_event.get(event, ()))
@@ -77,12 +101,12 @@ class JobRegistry:
     @contextmanager
     def isolated(self) -> Iterator[JobRegistry]:
         """Temporarily swap in an empty registry (for tests that declare throwaway jobs)."""
-        saved = (self._jobs, self._by_event, self.duplicates)
-        self._jobs, self._by_event, self.duplicates = {}, defaultdict(list), []
+        saved = (self._jobs, self._by_event, self.duplicates, self._unresolved)
+        self._jobs, self._by_event, self.duplicates, self._unresolved = {}, defaultdict(list), [], set()
         try:
             yield self
         finally:
-            self._jobs, self._by_event, self.duplicates = saved
+            self._jobs, self._by_event, self.duplicates, self._unresolved = saved
 
 
 def _same_handler(a: JobDefinition, b: JobDefinition) -> bool:
@@ -121,7 +145,9 @@ def build_definition(func: Handler, name: str | None, options: Mapping[str, Any]
     declared = dict(opts)
     triggers = _normalise_triggers(opts.pop("trigger", ManualTrigger()))
     known = {
-        f for f in JobDefinition.__dataclass_fields__ if f not in ("name", "func", "triggers", "declared")
+        f
+        for f in JobDefinition.__dataclass_fields__
+        if f not in ("name", "func", "triggers", "declared", "task")
     }
     unknown = set(opts) - known
     if unknown:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.dispatching import DispatchResult, prepare, submit
 from kumiko_jobs.exceptions import NotRetryable
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
+from kumiko_jobs.task_jobs import retry_placement
 from kumiko_jobs.tenancy import user_id_of
 
 RETRY_TRIGGER = "retry"
@@ -26,9 +29,13 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         raise NotRetryable(f"Run {run.pk} of {run.job_name!r} is {run.status}; only failed runs are retried.")
     target = wrapped_job(run.job_name)
     definition = registry.get(target or run.job_name)
+    payload, now = run.payload, timezone.now()
+    if definition.task is not None:
+        # A Django task's run keeps the lane and priority .using() gave it.
+        definition, payload = retry_placement(definition, run.lane, run.payload, now)
     prepared = prepare(
         definition,
-        run.payload,
+        payload,
         tenant_id=run.tenant_id,
         user_id=user_id_of(user),
         correlation_id=run.correlation_id or None,
@@ -38,5 +45,6 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
         # A retried cron run keeps its tick; a tz="tenant" zone wrapper its zone's tenants.
         scheduled_at=run.scheduled_at.timestamp() if run.scheduled_at else None,
         zone=run.zone,
+        now=now,
     )
     return submit([prepared])[0]

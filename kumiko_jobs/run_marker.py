@@ -15,7 +15,7 @@ import time
 
 from django.db import connections
 
-from kumiko_jobs import records
+from kumiko_jobs import records, run_events
 from kumiko_jobs.jobdata import JobMeta
 
 Pending = tuple[JobMeta, records.Started, int]  # the run, and its entry's sequence
@@ -39,9 +39,11 @@ class RunningMarker(threading.Thread):
             heapq.heappush(self._due, (time.monotonic() + self.delay, self._sequence, slot))
             self._cond.notify()
 
-    def finishing(self) -> None:
+    def finishing(self) -> bool:
+        """Whether this thread recorded the run's start (and sent job_started)."""
         with self._cond:  # waits for a "running" write in flight
-            self._pending.pop(threading.get_ident(), None)
+            # Gone from pending: the marker took it and recorded the start.
+            return self._pending.pop(threading.get_ident(), None) is None
 
     def stop(self) -> None:
         with self._cond:
@@ -71,6 +73,8 @@ class RunningMarker(threading.Thread):
                         worker=start.worker,
                         now=start.at,
                     )
+                    # Under the lock, so it precedes the outcome's signals (finishing() waits).
+                    run_events.started(meta, start.job_id)
         finally:
             connections.close_all()  # this thread's own connections
 

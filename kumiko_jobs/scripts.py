@@ -46,26 +46,37 @@ class EnqueueArgs(NamedTuple):
     restore: str  # '1': a lost hash of a run that may still wait in its flow (no second entry)
 
 
+class Ending(NamedTuple):
+    """How an attempt ended, as the common.lua ``finish`` helper takes it: the trailing ARGV of
+    lua/finish_and_claim.lua and lua/reap.lua (``ending(ARGV, first)`` unpacks it there)."""
+
+    kind: str  # OutcomeKind, '' when nothing finished
+    ttl: int
+    retry_at: float
+    meta: str  # new job meta ('' keeps it)
+    exc_info: bytes
+    flow: str  # the run's flow (frees its cap slot)
+    limit_keys: str  # the run's skip limits
+    current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
+
+
+NO_ENDING = Ending("", 0, 0.0, "", b"", "", "", "")
+
+
 class FinishAndClaimArgs(NamedTuple):
-    """ARGV of lua/finish_and_claim.lua."""
+    """ARGV of lua/finish_and_claim.lua; an Ending follows, then ``counts`` entries of ended-
+    attempt counts (hour, outcome, count, job, tenant: outcome_counts.py)."""
 
     now: float
     now_iso: str
     worker: str
     deadline: float  # lease of the claimed run
     job_id: str  # the finished run ('' when nothing finished)
-    kind: str  # OutcomeKind, '' when nothing finished
     member: str  # the finished run's lease member in the started registry
-    ttl: int
-    retry_at: float
-    meta: str  # new job meta ('' keeps it)
-    exc_info: bytes
     claim: str  # '1': claim the next job
     execution_id: str
     lane_prefix: str
-    flow: str  # the finished run's flow (frees its cap slot)
-    limit_keys: str  # the finished run's skip limits
-    current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
+    counts: int
 
 
 class PromoteArgs(NamedTuple):
@@ -84,21 +95,13 @@ class HeartbeatArgs(NamedTuple):
 
 
 class ReapArgs(NamedTuple):
-    """ARGV of lua/reap.lua: an abandoned run's lease member and how its attempt ends."""
+    """ARGV of lua/reap.lua: an abandoned run's lease member; an Ending follows."""
 
     now: float
     now_iso: str
     member: str
     job_id: str
-    kind: str
-    ttl: int
-    retry_at: float
-    meta: str
-    exc_info: bytes
     lane_prefix: str
-    flow: str
-    limit_keys: str
-    current_flow: str
 
 
 class CancelArgs(NamedTuple):
@@ -124,7 +127,7 @@ def _source(name: str) -> str:
 
 @cache
 def _lane_script(name: str) -> str:
-    return "\n".join((LUA_KEY_HELPERS, LUA_GRAMMAR, _source("common"), _source(name)))
+    return "\n".join((LUA_KEY_HELPERS, LUA_GRAMMAR, _source("flow_store"), _source("common"), _source(name)))
 
 
 class LaneScripts:

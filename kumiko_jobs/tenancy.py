@@ -31,8 +31,12 @@ def current_tenant_id() -> str | None:
 
 
 @contextmanager
-def tenant_context(tenant_id: str | None) -> Iterator[None]:
-    token = _current_tenant.set(tenant_id)
+def tenant_context(tenant_id: str | int | None) -> Iterator[None]:
+    """Make ``tenant_id`` the current tenant inside the block (a context variable, so sync and
+    async code see it). Django tasks enqueued inside run for it: use it in a request
+    middleware, ``with tenant_context(request.tenant.pk): return get_response(request)``.
+    Workers set it around every handler (the activator)."""
+    token = _current_tenant.set(None if tenant_id is None else str(tenant_id))
     try:
         yield
     finally:

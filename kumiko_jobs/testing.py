@@ -10,10 +10,11 @@ from contextlib import contextmanager
 
 from django.conf import settings
 
+from kumiko_jobs.async_handlers import close_thread_loop
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.execution import run_claimed
-from kumiko_jobs.lane import Claim, Finished, finish_and_claim, promote_due
+from kumiko_jobs.lane import Claim, Finished, count_claims, finish_and_claim, promote_due
 
 DRAIN_WORKER = "kumiko-drain"
 
@@ -38,6 +39,7 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
                 next_due = due if next_due is None else min(next_due, due)
             claim = Claim(DRAIN_WORKER, "drain", time.time() + 3600)
             while job := finish_and_claim(client, keys, lane, claim=claim):
+                count_claims(client, keys, lane, 1)
                 outcome = run_claimed(job, worker=DRAIN_WORKER, consumer_lane=lane)
                 finish_and_claim(client, keys, lane, Finished(job.job_id, f"{job.job_id}:drain", outcome))
                 counts[outcome.counted_as] += 1
@@ -50,6 +52,8 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
         if time.monotonic() + max(wait, 0) > deadline:
             break
         time.sleep(max(wait, 0.005))
+    # Async handlers' database thread keeps a connection: give it back, as a stopping worker does.
+    close_thread_loop()
     return dict(counts)
 
 

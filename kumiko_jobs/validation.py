@@ -8,6 +8,7 @@ run without a record; such input is refused here with an error that names it.
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,9 @@ MAX_DELAY_SECONDS = 366 * 24 * 3600
 MAX_CORRELATION_ID = 64
 MAX_USER_ID = 64
 MAX_TRIGGER_NAME = 200
+# What an incoming X-Request-ID may be to become a correlation id (CorrelationMiddleware): it
+# fits the column, and is safe to show in the admin, in log lines and in a URL's query string.
+CORRELATION_ID_RE = re.compile(rf"[A-Za-z0-9._:/+=-]{{1,{MAX_CORRELATION_ID}}}")
 
 Node = tuple[Any, str, int]  # value, key path, depth
 
@@ -91,6 +95,11 @@ def check_text_option(name: str, value: Any, max_length: int) -> str:
     if not value.isprintable():  # control characters, NUL, lone surrogates
         raise InvalidDispatch(f"{name} {value[:20]!r} contains unprintable characters.")
     return value
+
+
+def is_correlation_id(value: str) -> bool:
+    """True if ``value`` may be taken as a correlation id from outside (a request header)."""
+    return CORRELATION_ID_RE.fullmatch(value) is not None
 
 
 def delay_seconds(delay: timedelta | float | None) -> float:

@@ -36,8 +36,9 @@ from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
 from kumiko_jobs.job_loop import JobLoop, nothing_due, start_threads
-from kumiko_jobs.lane import promote_due
+from kumiko_jobs.lane import count_claims, promote_due
 from kumiko_jobs.leases import Heartbeat, reap
+from kumiko_jobs.observability import flush_telemetry
 from kumiko_jobs.rebuild import push_waiting, rebuild_step
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
@@ -48,6 +49,7 @@ logger = logging.getLogger("kumiko_jobs.worker")
 REAP_INTERVAL = 5.0
 OUTBOX_INTERVAL = 2.0
 REBUILD_INTERVAL = 1.0
+CLAIMS_FLUSH_INTERVAL = 1.0
 UPKEEP_TICK = 0.2
 # A process being recycled gives its other threads this long to finish their jobs.
 RECYCLE_WAIT = 30.0
@@ -82,6 +84,8 @@ class LaneWorker(SimpleWorker):
         self._lock = threading.Lock()
         self._tickets: int | None = None  # claims left under --max-jobs (None: no limit)
         self._busy = 0
+        self._claimed = 0  # claims not yet taken off the lane's queued count
+        self._next_claims_flush = 0.0
         self.waiting = False  # the single-threaded loop is blocked waiting for work
         self._next_reap = 0.0
         self._next_repair = time.time() + REPAIR_INTERVAL
@@ -114,6 +118,13 @@ class LaneWorker(SimpleWorker):
         except StopRequested:
             pass
         finally:
+            # SIGTERM and --max-jobs end here: export the spans and metrics an SDK still holds
+            # (first, so a lost Redis below cannot skip it).
+            flush_telemetry()
+            try:
+                self.flush_claims()
+            except redis.RedisError:
+                pass  # the lane's next idle moment resets the count
             self.leases.stop()
             self.marker.stop()
             try:
@@ -168,6 +179,20 @@ class LaneWorker(SimpleWorker):
         with self._lock:
             if self._tickets is not None:
                 self._tickets += 1
+
+    def note_claim(self) -> None:
+        with self._lock:
+            self._claimed += 1
+
+    def flush_claims(self) -> None:
+        with self._lock:
+            claimed, self._claimed = self._claimed, 0
+        try:
+            count_claims(self.client, self.keys, self.lane, claimed)
+        except redis.RedisError:
+            with self._lock:
+                self._claimed += claimed
+            raise
 
     def tally(self, outcome: str) -> None:
         with self._lock:
@@ -234,6 +259,9 @@ class LaneWorker(SimpleWorker):
         if now >= self._next_outbox:
             self._next_outbox = now + OUTBOX_INTERVAL
             self._guarded("outbox", push_waiting, self.client, self.keys, self.lane)
+        if now >= self._next_claims_flush:
+            self._next_claims_flush = now + CLAIMS_FLUSH_INTERVAL
+            self.flush_claims()
         if now >= self._next_rebuild:
             # A batch of a rebuild when Redis lost its data; one MGET otherwise.
             self._next_rebuild = now + REBUILD_INTERVAL

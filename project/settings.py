@@ -35,6 +35,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Jobs dispatched during a request carry its X-Request-ID (or a new id) as correlation id.
+    "kumiko_jobs.middleware.CorrelationMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -105,5 +107,16 @@ KUMIKO_JOBS: dict[str, Any] = {
 # No RQ_QUEUES or RQ here: kumiko_jobs gives django-rq the lanes' queues and its queue class
 # (kumiko_jobs/dashboard/setup.py), as it does in a user's project.
 
+# Django's tasks framework on kumiko_jobs: a @task is a kumiko job, .enqueue() a kumiko run on
+# the lane its queue_name names ("default", a task without queue_name, is the worker lane).
+TASKS: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "kumiko_jobs.backends.KumikoTaskBackend", "QUEUES": ["worker", "api"]},
+}
+
 # No LOGGING: Django's default. runjobs gives itself timestamped output on stderr (-v 0..3);
 # a project that configures the kumiko_jobs logger keeps its own (worker_logging.py).
+
+# OpenTelemetry of the demo (project/telemetry.py): what is exported when the standard OTEL_*
+# variables do not say. Spans go to stdout (the demo's workers write them to their logs), metrics
+# are served for Prometheus at /metrics. The kumiko_jobs package needs only opentelemetry-api.
+DEMO_TELEMETRY = {"traces": "console", "metrics": "prometheus"}

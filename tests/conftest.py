@@ -51,3 +51,32 @@ def tenants(db: None) -> list[Any]:
         Tenant.objects.get_or_create(slug=slug, defaults={"name": name})[0]
         for name, slug in (("Acme Corp", "acme"), ("Globex", "globex"), ("Initech", "initech"))
     ]
+
+
+def tenant_of_staff(user: Any) -> int | None:
+    """USER_TENANT hook of the admin tests: user "staff-<slug>" belongs to the tenant <slug>."""
+    from project.demo.models import Tenant
+
+    slug = user.username.removeprefix("staff-")
+    return Tenant.objects.filter(slug=slug).values_list("pk", flat=True).first()
+
+
+@pytest.fixture
+def staff_client(settings: Any, django_user_model: Any) -> Any:
+    """A client factory for non-superuser staff with the view permissions of the run browser and
+    the tenant failure list; their tenant comes from their name (tenant_of_staff)."""
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "USER_TENANT": "tests.conftest.tenant_of_staff"}
+
+    def login(username: str) -> Client:
+        user = django_user_model.objects.create_user(username=username, is_staff=True)
+        user.user_permissions.add(
+            *Permission.objects.filter(codename__in=["view_jobrun", "view_tenantfailure"])
+        )
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return login

@@ -49,3 +49,7 @@ if os.environ.get("KUMIKO_TEST_REDIS_CACHE"):
         }
     }
     KUMIKO_JOBS = {**KUMIKO_JOBS, "REDIS_URL": None, "REDIS": "cache:default"}
+
+# No exporter unless a test's environment asks (OTEL_TRACES_EXPORTER=console for a runjobs
+# subprocess whose spans a test reads); in-process tests install the SDK themselves (tests/otel.py).
+DEMO_TELEMETRY = {"traces": "none", "metrics": "none"}

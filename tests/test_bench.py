@@ -34,6 +34,9 @@ ROWS = (
     "runjobs --processes 1",
     "runjobs --processes 2",
     "dispatch() / rq Queue.enqueue",
+    "Task.enqueue()",
+    "dispatch() (same run)",
+    "Task.enqueue() / dispatch()",
     "runjobs / rq SimpleWorker",
     "runjobs / rq Worker (fork)",
     "runjobs --processes 2 / --processes 1",
@@ -69,6 +72,10 @@ ROWS = (
     "20 ms: runjobs 1x8 / rq SimpleWorker",
     "leader cost per tick (tz=tenant)",
     "zone index rebuild",
+    "runjobs, no OpenTelemetry SDK",
+    "runjobs, SDK without exporter",
+    "runjobs, SDK exporting",
+    "runjobs CPU per job: without SDK / with SDK (no exporter)",
 )
 # Every runjobs rate row reports the database connections its worker processes opened.
 CONNECTION_ROWS = (

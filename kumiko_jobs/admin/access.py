@@ -1,4 +1,10 @@
-"""Who sees what: operators, tenant staff, and tenant display names."""
+"""Who sees what: operators, tenant staff, and tenant display names.
+
+Operators (superusers) see every run with its payload, error, traceback and logs. Tenant staff
+(a user whose ``USER_TENANT`` hook names a tenant) see only their tenant's tenant-visible runs
+and failure records, and of a run only ``STAFF_RUN_FIELDS``; this is enforced in the admin's
+querysets, object lookups, allowed filter lookups and actions, not only in what a page shows.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +16,12 @@ from django.http import HttpRequest
 
 from kumiko_jobs.conf import import_setting
 from kumiko_jobs.tenancy import tenant_model
+from kumiko_jobs.tenant_history import TENANT_RUN_FIELDS
 
 _staff_tenants: WeakKeyDictionary[HttpRequest, str | None] = WeakKeyDictionary()
+
+# What of a run tenant staff may load: TENANT_RUN_FIELDS plus the tenant (their own).
+STAFF_RUN_FIELDS = (*TENANT_RUN_FIELDS, "tenant_id")
 
 
 def is_operator(request: HttpRequest) -> bool:

@@ -75,7 +75,10 @@ class RunChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[JobRun]:
         # The list shows none of the large columns; the detail page and actions load them.
         queryset: QuerySet[JobRun] = super().get_queryset(request, exclude_parameters)
-        return queryset.defer("payload", "logs", "error", "traceback")
+        rows: QuerySet[JobRun] = queryset.defer("payload", "logs", "error", "traceback")
+        # The admin may add columns of its own (the error summary of operators' lists).
+        list_rows = getattr(self.model_admin, "list_rows", None)
+        return list_rows(request, rows) if list_rows is not None else rows
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)

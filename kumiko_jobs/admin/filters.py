@@ -72,3 +72,18 @@ class TenantFilter(admin.SimpleListFilter):
         if self.value() == NO_TENANT:
             return queryset.filter(tenant_id=None)
         return queryset.filter(tenant_id=self.value()) if self.value() else queryset
+
+
+class CorrelationFilter(admin.SimpleListFilter):
+    """The runs of one correlation id (a request's, kept by chained jobs). Reached from the
+    list's correlation column; shown only while active, with "All" to leave it."""
+
+    title = "correlation id"
+    parameter_name = "correlation_id"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = request.GET.get(self.parameter_name)
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(correlation_id=self.value()) if self.value() else queryset

@@ -1,51 +1,68 @@
-"""The run browser: a read-only list and detail page of ``JobRun``, plus "retry failed"."""
+"""The run browser: a read-only list and detail page of ``JobRun``, with retry and cancel.
+
+Operators see every column, the error summary and the links between related runs. Tenant
+staff see their tenant's tenant-visible runs only, and of them only ``STAFF_RUN_FIELDS``:
+the queryset loads nothing else, the filters accept no other lookups (``?error__icontains=``
+is refused, not ignored), and they have no actions.
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
+from django.db.models.functions import Substr
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from kumiko_jobs.admin.access import is_operator, staff_tenant_id, tenant_names
+from kumiko_jobs.admin import run_columns
+from kumiko_jobs.admin.access import STAFF_RUN_FIELDS, is_operator, staff_tenant_id, tenant_names
 from kumiko_jobs.admin.changelist import CappedCountPaginator, RunChangeList, RunQuerySet
-from kumiko_jobs.admin.filters import JobNameFilter, LaneFilter, TenantFilter
-from kumiko_jobs.exceptions import KumikoJobsError, QueueUnavailable
-from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.retrying import retry_failed
+from kumiko_jobs.admin.filters import CorrelationFilter, JobNameFilter, LaneFilter, TenantFilter
+from kumiko_jobs.admin.run_actions import cancel_queued_runs, retry_failed_runs
+from kumiko_jobs.models import JobRun
 
-# The retry action dispatches one job per run; a "select all" over millions must not.
-RETRY_LIMIT = 100
-STATUS_COLORS: dict[str, str] = {
-    RunStatus.QUEUED: "#64748b", RunStatus.RUNNING: "#2563eb", RunStatus.SUCCEEDED: "#15803d",
-    RunStatus.FAILED: "#b91c1c", RunStatus.DEFERRED: "#b45309", RunStatus.DROPPED: "#6b7280",
-}  # fmt: skip
+# Filter lookups a query string may use; any other one is refused with 400 (Django's default
+# would allow every local field, so ?error__icontains=... could probe hidden text).
+STAFF_LOOKUPS = frozenset(
+    {
+        "status",
+        "status__exact",
+        "status__isnull",
+        "job_name",
+        "lane",
+        "queued_at__year",
+        "queued_at__month",
+        "queued_at__day",
+    }
+)
+OPERATOR_LOOKUPS = STAFF_LOOKUPS | {"tenant", "retry_of", "fanout_parent", "correlation_id", "job_id"}
 # ModelAdmin is generic only in django-stubs (see audits.py).
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[JobRun]
 else:
     _ModelAdmin = admin.ModelAdmin
-BADGE = '<span style="background:{};color:#fff;border-radius:.6em;padding:0 .6em">{}</span>'
 
 
 @admin.register(JobRun)
 class JobRunAdmin(_ModelAdmin):
     list_display = (
-        "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "started_at", "finished_at",
-        "duration",
+        "status_badge", "job_name", "tenant", "attempts", "lane", "queued_at", "duration", "error_summary",
+        "correlation", "related",
     )  # fmt: skip
+    staff_list_display = ("status_badge", "job_name", "subject", "queued_at", "started_at", "finished_at")
     list_display_links = ("job_name",)
-    list_filter = ("status", JobNameFilter, LaneFilter, TenantFilter)
+    list_filter = ("status", JobNameFilter, LaneFilter, TenantFilter, CorrelationFilter)
     # Exact lookups only, so each uses an index; a term that is not a UUID skips the id.
-    search_fields = ("job_id__exact", "id__exact")
-    search_help_text = "Exact job id or run id."
+    search_fields = ("job_id__exact", "id__exact", "correlation_id__exact")
+    search_help_text = "Exact job id, run id or correlation id."
     date_hierarchy = "queued_at"
     ordering = ("-queued_at",)
     # Sorting by any other column would sort the whole table to show one page.
@@ -56,24 +73,26 @@ class JobRunAdmin(_ModelAdmin):
     # Facets are one COUNT per filter choice over the filtered table.
     show_facets = admin.ShowFacets.NEVER
     paginator = CappedCountPaginator
-    actions = ("retry_failed_runs",)
+    actions = (retry_failed_runs, cancel_queued_runs)
     readonly_fields = (
         "status_badge", "tenant", "attempts", "duration", "traceback_text", "payload_json", "log_lines",
+        "related_runs",
     )  # fmt: skip
     fieldsets_for_staff = (
+        (None, {"fields": ("job_name", "status_badge", "subject", "queued_at", "started_at", "finished_at")}),
+    )
+    fieldsets_for_operators = (
         (None, {"fields": ("id", "job_name", "status_badge", "tenant", "attempts", "lane", "job_id")}),
         ("Trigger", {"fields": ("subject", "trigger_name", "triggered_by", "correlation_id")}),
         ("Timing", {"fields": (
             "queued_at", "started_at", "finished_at", "duration", "next_attempt_at", "updated_at", "worker",
         )}),
+        ("Related runs", {"fields": ("related_runs",)}),
         ("Deferrals and fan-out", {"fields": ("defer_count", "fanout_count")}),
-    )  # fmt: skip
-    fieldsets_for_operators = (
-        *fieldsets_for_staff,
         ("Outcome", {"fields": ("error", "traceback_text")}),
         ("Logs", {"fields": ("log_lines",)}),
         ("Payload", {"fields": ("payload_json",)}),
-    )
+    )  # fmt: skip
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
         queryset = super().get_queryset(request)
@@ -82,17 +101,35 @@ class JobRunAdmin(_ModelAdmin):
         if is_operator(request):
             return queryset
         tenant = staff_tenant_id(request)
-        return queryset.none() if tenant is None else queryset.filter(tenant_id=tenant)
+        if tenant is None:
+            return queryset.none()
+        return queryset.filter(tenant_id=tenant, tenant_visible=True).only(*STAFF_RUN_FIELDS)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
+    def get_list_display(self, request: HttpRequest) -> Any:
+        return self.list_display if is_operator(request) else self.staff_list_display
+
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Tenant staff see one tenant only: a tenant filter would list the others.
-        return self.list_filter if is_operator(request) else ("status", JobNameFilter, LaneFilter)
+        # Staff: nothing that is not theirs to see (a correlation id is not).
+        return self.list_filter if is_operator(request) else ("status", JobNameFilter)
+
+    def get_search_fields(self, request: HttpRequest) -> Any:
+        return self.search_fields if is_operator(request) else ("id__exact",)
 
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
         return self.fieldsets_for_operators if is_operator(request) else self.fieldsets_for_staff
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        return lookup in (OPERATOR_LOOKUPS if is_operator(request) else STAFF_LOOKUPS)
+
+    def list_rows(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> QuerySet[JobRun]:
+        """The list's rows: operators get the start of the error, cut by the database."""
+        if is_operator(request):
+            return queryset.annotate(error_head=Substr("error", 1, run_columns.ERROR_SUMMARY))
+        return queryset
 
     def has_view_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
         allowed = super().has_view_permission(request, obj)
@@ -111,10 +148,12 @@ class JobRunAdmin(_ModelAdmin):
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return is_operator(request)
 
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return is_operator(request)
+
     @admin.display(description="status")
     def status_badge(self, run: JobRun) -> SafeString:
-        color = STATUS_COLORS.get(run.status, "#6b7280")
-        return format_html(BADGE, color, run.get_status_display())
+        return run_columns.status_badge(run)
 
     @admin.display(description="tenant")
     def tenant(self, run: JobRun) -> str:
@@ -133,9 +172,28 @@ class JobRunAdmin(_ModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, run: JobRun) -> str:
-        if run.started_at is None or run.finished_at is None:
+        return run_columns.run_duration(run)
+
+    @admin.display(description="error")
+    def error_summary(self, run: JobRun) -> str:
+        return run_columns.error_summary(run)
+
+    @admin.display(description="related")
+    def related(self, run: JobRun) -> SafeString:
+        return run_columns.list_links(run)
+
+    @admin.display(description="related runs")
+    def related_runs(self, run: JobRun) -> SafeString:
+        return run_columns.related_runs(run)
+
+    @admin.display(description="correlation")
+    def correlation(self, run: JobRun) -> SafeString | str:
+        # A link to every run of the same request or chain; the id is long, the cell short.
+        if not run.correlation_id:
             return "-"
-        return format_duration(run.finished_at - run.started_at)
+        query = urlencode({CorrelationFilter.parameter_name: run.correlation_id})
+        short = run.correlation_id if len(run.correlation_id) <= 12 else f"{run.correlation_id[:10]}…"
+        return format_html('<a href="?{}" title="{}">{}</a>', query, run.correlation_id, short)
 
     @admin.display(description="traceback")
     def traceback_text(self, run: JobRun) -> SafeString | str:
@@ -156,46 +214,8 @@ class JobRunAdmin(_ModelAdmin):
         )
         return format_html("<pre>{}</pre>", format_html_join("\n", "{} {} [{}] {}", lines))
 
-    @admin.action(description="Retry selected failed runs", permissions=["retry"])
-    def retry_failed_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        fields = ("id", "job_name", "tenant_id", "status", "payload", "correlation_id", "job_id", "fanout_of")
-        runs = list(queryset.only(*fields)[: RETRY_LIMIT + 1])
-        if len(runs) > RETRY_LIMIT:
-            self.message_user(request, f"Select at most {RETRY_LIMIT} runs to retry at once.", messages.ERROR)
-            return
-        retried, skipped = 0, []
-        for run in runs:
-            if run.status != RunStatus.FAILED:
-                skipped.append(f"{run.job_name} {run.pk} ({run.status})")
-                continue
-            try:
-                # A fan-out wrapper's retry reaches only the tenants the original did not.
-                result = retry_failed(run, user=request.user)
-            except QueueUnavailable as exc:
-                stopped = f"Re-dispatched {retried} failed runs, then stopped: {exc}"
-                self.message_user(request, stopped, messages.ERROR)
-                return
-            except KumikoJobsError as exc:  # job no longer declared, tenant deleted, ...
-                skipped.append(f"{run.job_name} {run.pk} ({exc})")
-                continue
-            if result.status == "queued":
-                retried += 1
-            else:
-                skipped.append(f"{run.job_name} {run.pk} (not queued: {result.reason})")
-        level = messages.SUCCESS if retried else messages.INFO
-        self.message_user(request, f"Re-dispatched {retried} failed runs.", level)
-        if skipped:
-            self.message_user(request, f"Skipped {len(skipped)}: {'; '.join(skipped)}.", messages.WARNING)
 
-
-def format_duration(delta: timedelta) -> str:
-    seconds = delta.total_seconds()
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, seconds = divmod(round(seconds), 60)
-    return f"{minutes} min {seconds:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+format_duration = run_columns.format_duration
 
 
 def _log_time(value: Any) -> str:

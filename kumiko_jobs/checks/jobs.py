@@ -26,6 +26,8 @@ from kumiko_jobs.definitions import (
     JobDefinition,
     ManualTrigger,
     MaxPerTenant,
+    TenantVisibleFailure,
+    TenantVisibleRun,
 )
 from kumiko_jobs.registry import registry
 
@@ -228,6 +230,79 @@ def _per_tenant(d: JobDefinition) -> Iterator[Problem]:
         )
 
 
+def _django_task(d: JobDefinition) -> Iterator[Problem]:
+    mpt = d.max_per_tenant
+    if d.task is not None and isinstance(mpt, MaxPerTenant) and mpt.on_limit == "skip":
+        yield (
+            'a Django task cannot use max_per_tenant with on_limit="skip": .enqueue() must return '
+            "a result, so a task's runs over the cap wait instead.",
+            f'Use @task(max_per_tenant={mpt.limit}) or MaxPerTenant({mpt.limit}, on_limit="defer").',
+            "E501",
+        )
+
+
+def _tenant_visible(d: JobDefinition) -> Iterator[Problem]:
+    run, failure = d.tenant_visible_run, d.tenant_visible_failure
+    if run is not None and (not isinstance(run, TenantVisibleRun) or not _field_names(run.subject_fields)):
+        yield (
+            f"tenant_visible_run={run!r} is invalid.",
+            'Use TenantVisibleRun(subject_fields=("invoice_id",)): a tuple of payload field names, or ().',
+            "E302",
+        )
+    if failure is not None and (
+        not isinstance(failure, TenantVisibleFailure)
+        or not isinstance(failure.message_key, str)
+        or not failure.message_key.strip()
+        or len(failure.message_key) > 200
+        or not _field_names(failure.subject_fields)
+    ):
+        yield (
+            f"tenant_visible_failure={failure!r} is invalid.",
+            'Use TenantVisibleFailure("billing.export_failed", subject_fields=("invoice_id",)): a '
+            "message key of 1-200 characters for the tenant's UI and a tuple of payload field names.",
+            "E303",
+        )
+    elif (
+        isinstance(run, TenantVisibleRun)
+        and isinstance(failure, TenantVisibleFailure)
+        and run.subject_fields
+        and failure.subject_fields
+        and tuple(run.subject_fields) != tuple(failure.subject_fields)
+    ):
+        yield (
+            f"tenant_visible_run and tenant_visible_failure name different subject_fields "
+            f"({tuple(run.subject_fields)} and {tuple(failure.subject_fields)}); a run has one subject.",
+            "Name the same subject_fields on both (or on one of them only: the other uses them too).",
+            "E301",
+        )
+
+
+def _field_names(fields: object) -> bool:
+    # A bare string would be read as one field per character.
+    return isinstance(fields, tuple | list) and all(isinstance(f, str) and f for f in fields)
+
+
+def _retry_window(d: JobDefinition) -> Iterator[Problem]:
+    # A retried fan-out wrapper skips the tenants whose child rows exist: retention must not
+    # delete those rows while the wrapper can still be retried.
+    if not d.per_tenant or not is_int_at_least(d.retries, 0) or not isinstance(d.backoff, Backoff | None):
+        return
+    retention = get_config()["RUN_RETENTION"]
+    if not is_number_above(retention, 0):
+        return
+    try:
+        window = sum(d.retry_delay(attempt) for attempt in range(1, d.retries + 1))
+    except (TypeError, OverflowError):
+        return
+    if window >= retention:
+        yield (
+            f"its retries span {window:.0f}s, at least KUMIKO_JOBS['RUN_RETENTION'] ({retention}s): "
+            "a late retry of its fan-out would reach tenants again whose runs were pruned.",
+            "Lower retries or the backoff delay, or raise RUN_RETENTION.",
+            "E304",
+        )
+
+
 _GROUPS: tuple[Callable[[JobDefinition], Iterator[Problem]], ...] = (
     _lane,
     _triggers,
@@ -238,11 +313,16 @@ _GROUPS: tuple[Callable[[JobDefinition], Iterator[Problem]], ...] = (
     _escape_hatch,
     _handler,
     _per_tenant,
+    _tenant_visible,
+    _retry_window,
     *SCHEDULE_GROUPS,
+    _django_task,
 )
 
 
 def _where(d: JobDefinition) -> str:
+    if d.task is not None:
+        return d.task.module_path
     return f"{getattr(d.func, '__module__', '?')}.{getattr(d.func, '__qualname__', '?')}"
 
 

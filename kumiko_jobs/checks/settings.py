@@ -34,7 +34,9 @@ POSITIVE_NUMBERS = (
     "BOOT_GATE_WARN_AFTER",
     "STUCK_AFTER",
 )
+MIN_RETENTION = 3600
 Problem = tuple[str, str, str]  # message, hint, id suffix
+SCRUBBER_PROBE = "ValueError: could not reach https://user:secret@example.com for ann@example.com"
 
 
 @register(Tags.compatibility, "kumiko_jobs")
@@ -165,6 +167,18 @@ def _max_payload_bytes(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _retention(config: dict[str, Any]) -> Iterator[Problem]:
+    for key in ("RUN_RETENTION", "AUDIT_RETENTION"):
+        if not is_int_at_least(config[key], MIN_RETENTION):
+            yield (
+                f"KUMIKO_JOBS[{key!r}] = {config[key]!r} must be whole seconds, "
+                f"at least {MIN_RETENTION} (an hour).",
+                f"How long history is kept before the daily prune deletes it; the default is "
+                f"{CONFIG_DEFAULTS[key]} ({CONFIG_DEFAULTS[key] // 86400} days).",
+                "E305",
+            )
+
+
 def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
     module = config["JOB_MODULE"]
     if not isinstance(module, str) or not _MODULE_RE.match(module):
@@ -172,6 +186,58 @@ def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
             f"KUMIKO_JOBS['JOB_MODULE'] = {module!r} is not a module name.",
             "The module autodiscovered in every installed app, e.g. 'jobs' (the default) or 'tasks.jobs'.",
             "E031",
+        )
+
+
+def _scrubber(config: dict[str, Any]) -> Iterator[Problem]:
+    value = config["SCRUBBER"]
+    if value is None:
+        return
+    try:
+        scrubber = import_string(value) if isinstance(value, str) else value
+    except ImportError as exc:
+        scrubber, problem = None, str(exc)
+    else:
+        problem = "" if callable(scrubber) else "it is not callable"
+    if scrubber is None or problem:
+        yield (
+            f"KUMIKO_JOBS['SCRUBBER'] = {value!r} cannot be used: {problem}.",
+            "Give the dotted path of a (text) -> text function, e.g. the default "
+            "'kumiko_jobs.scrubbing.scrub_text', or None to store error text as it is.",
+            "E401",
+        )
+        return
+    try:
+        result = scrubber(SCRUBBER_PROBE)
+    except Exception as exc:
+        result = exc
+    if not isinstance(result, str):
+        yield (
+            f"KUMIKO_JOBS['SCRUBBER'] = {value!r} does not turn text into text: given a sample error "
+            f"message it {'raised' if isinstance(result, Exception) else 'returned'} {result!r:.80}.",
+            "The scrubber gets one str and must return a str (the scrubbed text).",
+            "E402",
+        )
+
+
+def _log_job_lines(config: dict[str, Any]) -> Iterator[Problem]:
+    if not isinstance(config["LOG_JOB_LINES"], bool):
+        yield (
+            f"KUMIKO_JOBS['LOG_JOB_LINES'] = {config['LOG_JOB_LINES']!r} must be True or False.",
+            "True copies ctx.log lines (scrubbed) to the 'kumiko_jobs.jobs' logger; the default False "
+            "keeps them on the run record only.",
+            "E403",
+        )
+
+
+def _task_module(config: dict[str, Any]) -> Iterator[Problem]:
+    module = config["TASK_MODULE"]
+    if module is not None and (not isinstance(module, str) or not _MODULE_RE.match(module)):
+        yield (
+            f"KUMIKO_JOBS['TASK_MODULE'] = {module!r} is not a module name or None.",
+            "The module of Django @task functions imported at start-up when TASKS uses "
+            "KumikoTaskBackend, e.g. 'tasks' (the default); None imports none.",
+            "E506",
         )
 
 
@@ -187,5 +253,9 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _abandoned_retries,
     _max_payload_bytes,
     _job_module,
+    _retention,
     *SCHEDULE_RULES,
+    _scrubber,
+    _log_job_lines,
+    _task_module,
 )

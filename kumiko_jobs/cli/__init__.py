@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from kumiko_jobs.cli.base import Subcommand
 from kumiko_jobs.cli.catalog import ListJobs
+from kumiko_jobs.cli.prune import Prune
 from kumiko_jobs.cli.rebuild import Rebuild
 from kumiko_jobs.cli.stats import Stats
 from kumiko_jobs.cli.trigger import Trigger
 
-SUBCOMMANDS: tuple[type[Subcommand], ...] = (ListJobs, Trigger, Stats, Rebuild)
+SUBCOMMANDS: tuple[type[Subcommand], ...] = (ListJobs, Trigger, Stats, Rebuild, Prune)
 
 __all__ = ["SUBCOMMANDS", "Subcommand"]

@@ -13,6 +13,7 @@ from rq.utils import as_text
 from kumiko_jobs.cli.base import Output, Subcommand
 from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.flows import is_ordered
 from kumiko_jobs.keys import LANES, Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun
 
@@ -27,7 +28,10 @@ def lane_counts(client: redis.Redis, keys: Keys, lane: str) -> dict[str, int]:
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.queue(lane))
     for flow in flows:
-        pipe.llen(keys.flow(lane, flow))
+        if is_ordered(flow):  # a Django task's flow: a sorted set
+            pipe.zcard(keys.flow(lane, flow))
+        else:
+            pipe.llen(keys.flow(lane, flow))
     queued = sum(int(n) for n in pipe.execute())
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.scheduled(lane))

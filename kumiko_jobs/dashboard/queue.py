@@ -5,7 +5,8 @@ RQ's ``count`` and ``get_job_ids`` would show an empty queue. django-rq 4.2 buil
 with ``RQ["QUEUE_CLASS"]`` (a per-queue ``QUEUE_CLASS`` is ignored by most views), so this class
 is installed globally (``dashboard/setup.py``) and stays a plain ``DjangoRQ`` for any queue
 that is not a lane of this project's prefix. Counting reads the flows that hold work: O(flows
-with work), for dashboards, never on the job path.
+with work), for dashboards, never on the job path. Ordered flows (Django tasks) are sorted sets,
+listed in the order they are served.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import as_text
 
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.flows import is_ordered
 
 
 def lane_of(queue_name: str) -> str | None:
@@ -35,11 +37,11 @@ class LaneQueue(DjangoRQ):
             kwargs["serializer"] = JSONSerializer
         super().__init__(name, connection=connection, **kwargs)  # type: ignore[no-untyped-call]
 
-    def _lists(self) -> list[str]:
+    def _lists(self) -> list[tuple[str, bool]]:
         """RQ's plain list (ids stock RQ pushed, not swept yet), then the flows in ring order,
-        then the parked ones."""
+        then the parked ones; each with whether it is an ordered flow (a sorted set)."""
         if self.lane is None:
-            return [self.key]
+            return [(self.key, False)]
         keys = get_keys()
         pipe = self.connection.pipeline(transaction=False)
         pipe.lrange(keys.ring(self.lane), 0, -1)
@@ -47,13 +49,17 @@ class LaneQueue(DjangoRQ):
         ring_raw, states_raw = pipe.execute()
         ring = [as_text(flow) for flow in ring_raw]
         parked = sorted({as_text(flow) for flow in states_raw} - set(ring))
-        return [self.key, *(keys.flow(self.lane, flow) for flow in [*ring, *parked])]
+        flows = [(keys.flow(self.lane, flow), is_ordered(flow)) for flow in [*ring, *parked]]
+        return [(self.key, False), *flows]
 
-    def _lengths(self) -> list[tuple[str, int]]:
+    def _lengths(self) -> list[tuple[tuple[str, bool], int]]:
         lists = self._lists()
         pipe = self.connection.pipeline(transaction=False)
-        for key in lists:
-            pipe.llen(key)
+        for key, ordered in lists:
+            if ordered:
+                pipe.zcard(key)
+            else:
+                pipe.llen(key)
         return list(zip(lists, (int(n) for n in pipe.execute()), strict=True))
 
     @property
@@ -68,14 +74,17 @@ class LaneQueue(DjangoRQ):
         wanted = None if length < 0 else length
         pipe = self.connection.pipeline(transaction=False)
         skip = max(offset, 0)
-        for key, size in self._lengths():
+        for (key, ordered), size in self._lengths():
             if wanted is not None and wanted <= 0:
                 break
             if skip >= size:
                 skip -= size
                 continue
             take = size - skip if wanted is None else min(size - skip, wanted)
-            pipe.lrange(key, skip, skip + take - 1)
+            if ordered:
+                pipe.zrange(key, skip, skip + take - 1)
+            else:
+                pipe.lrange(key, skip, skip + take - 1)
             skip = 0
             if wanted is not None:
                 wanted -= take
@@ -87,9 +96,12 @@ class LaneQueue(DjangoRQ):
         if not lists:
             return None
         pipe = self.connection.pipeline(transaction=False)
-        for key in lists:
-            pipe.lindex(key, 0)
-        heads = [as_text(head) for head in pipe.execute() if head]
+        for key, ordered in lists:
+            if ordered:
+                pipe.zrange(key, 0, 0)
+            else:
+                pipe.lindex(key, 0)
+        heads = [as_text(head[0] if isinstance(head, list) else head) for head in pipe.execute() if head]
         for head in heads:
             pipe.hget(get_keys().job(head), "enqueued_at")
         stamps = [as_text(stamp) for stamp in pipe.execute() if stamp]

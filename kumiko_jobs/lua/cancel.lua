@@ -19,11 +19,13 @@ for i = IDS, #ARGV do
     local P = origin .. ':'
     if status == 'scheduled' then
       redis.call('ZREM', rq_key('scheduled', origin), id)
-    elseif redis.call('LREM', flow_key(P, flow), 1, id) == 0 then
+    elseif not flow_remove(P, flow, id) then
       redis.call('LREM', rq_key('queue', origin), 1, id)  -- pushed by stock RQ, not swept yet
+    else
+      count_queued(P, -1)
     end
     -- A parked flow left empty is forgotten; a ringed one is dropped by the next claim (O(1)).
-    if redis.call('HGET', state_key(P), flow) == PARKED and redis.call('LLEN', flow_key(P, flow)) == 0 then
+    if redis.call('HGET', state_key(P), flow) == PARKED and flow_size(P, flow) == 0 then
       redis.call('HDEL', state_key(P), flow)
     end
     forget_limits(active, limit_keys)

@@ -1,5 +1,6 @@
--- Shared helpers of every lane script. Prepended after the key helpers (keys.py) and the flow
--- grammar (flows.py). P is a lane's key prefix ("<prefix>:<lane>:").
+-- Shared helpers of every lane script. Prepended after the key helpers (keys.py), the flow
+-- grammar (flows.py) and the flow store (flow_store.lua). P is a lane's key prefix
+-- ("<prefix>:<lane>:").
 
 -- Make sure an idle worker blocked on the lane's wake list gets up.
 local function arm(P)
@@ -10,9 +11,18 @@ local function running_count(P, flow)
   return tonumber(redis.call('HGET', running_key(P), counter_of(flow)) or '0')
 end
 
+-- The lane's count of ids held in its flows (queued depth, read in O(1) by metrics). Every id
+-- added to a flow counts here; the ids workers claim are taken off in batches, once a second
+-- per worker process (lane.count_claims), so the per-job claim pays no extra command; an idle
+-- lane resets it (see claim), which heals any drift.
+local function count_queued(P, n)
+  if n ~= 0 then redis.call('INCRBY', queued_key(P), n) end
+end
+
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
 local function push_flow(P, flow, id, front)
-  if front then redis.call('LPUSH', flow_key(P, flow), id) else redis.call('RPUSH', flow_key(P, flow), id) end
+  flow_add(P, flow, id, front)
+  count_queued(P, 1)
   if redis.call('HGET', state_key(P), flow) then return end
   local cap = cap_of(flow)
   if cap and running_count(P, flow) >= cap then
@@ -45,7 +55,7 @@ local function unpark(P, flow)
   local cap = cap_of(flow)
   if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
   if running_count(P, flow) >= cap then return end
-  if redis.call('LLEN', flow_key(P, flow)) > 0 then
+  if flow_size(P, flow) > 0 then
     redis.call('RPUSH', ring_key(P), flow)
     redis.call('HSET', state_key(P), flow, IN_RING)
     arm(P)
@@ -93,19 +103,29 @@ end
 -- concurrency="replace": the waiting runs of a flow will never run. Returns their ids.
 local function drop_waiting(P, active, flow)
   local dropped = {}
-  for _, old in ipairs(redis.call('LRANGE', flow_key(P, flow), 0, -1)) do
+  for _, old in ipairs(flow_ids(P, flow)) do
     forget_limits(active, redis.call('HGET', job_key(old), 'kumiko_lk'))
     redis.call('HSET', job_key(old), 'status', 'canceled')
     redis.call('EXPIRE', job_key(old), 86400)
     dropped[#dropped + 1] = old
   end
   redis.call('DEL', flow_key(P, flow))
+  count_queued(P, -#dropped)
   return dropped
 end
 
--- Record how an attempt ended (kinds: see scripts.py). The caller has taken the run out of the
--- started registry. R: the registries {finished, failed, scheduled, active}.
-local function finish(P, R, id, kind, now, now_iso, ttl, retry_at, meta, exc_info, flow, limit_keys, current)
+-- A scripts.Ending starting at ARGV[first], as a table.
+local function ending(args, first)
+  local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current = unpack(args, first, first + 7)
+  return {kind = kind, ttl = ttl, retry_at = retry_at, meta = meta, exc_info = exc_info, flow = flow,
+          limit_keys = limit_keys, current = current}
+end
+
+-- Record how an attempt ended (e: an ending; kinds: see scripts.py). The caller has taken the run
+-- out of the started registry. R: the registries {finished, failed, scheduled, active}.
+local function finish(P, R, id, now, now_iso, e)
+  local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current =
+    e.kind, e.ttl, e.retry_at, e.meta, e.exc_info, e.flow, e.limit_keys, e.current
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   local jk = job_key(id)
@@ -138,8 +158,9 @@ local function unring(P, flow)
   redis.call('LREM', ring_key(P), -1, flow)
 end
 
--- A flow whose key is not a list (written by something else) is taken out of service and listed
--- for operators, so one bad key cannot stop the lane.
+-- A flow whose key is not of its kind (a list; a sorted set for an ordered flow), written by
+-- something else, is taken out of service and listed for operators, so one bad key cannot stop
+-- the lane.
 local function quarantine(P, flow, cap)
   if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
   unring(P, flow)
@@ -157,7 +178,11 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
     local flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     if not flow then
       -- Idle lane: pick up anything stock RQ pushed onto the plain list, then look once more.
-      if sweep(P, plain, 100) == 0 then return false end
+      if sweep(P, plain, 100) == 0 then
+        -- No flow holds work: the queued count is 0 (heals any drift, e.g. keys deleted by hand).
+        if redis.call('HLEN', state_key(P)) == 0 then redis.call('DEL', queued_key(P)) end
+        return false
+      end
       flow = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
       if not flow then return false end
     end
@@ -170,15 +195,16 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
       unring(P, flow)
       redis.call('HSET', state_key(P), flow, PARKED)
     else
-      id = redis.pcall('LPOP', flow_key(P, flow))
-      if type(id) == 'table' then
+      local broken
+      id, broken = flow_pop(P, flow)
+      if broken then
         quarantine(P, flow, cap)
         id = false
       elseif not id then
         if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
         unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
-      elseif redis.call('LLEN', flow_key(P, flow)) == 0 then
+      elseif flow_size(P, flow) == 0 then
         unring(P, flow)
         redis.call('HDEL', state_key(P), flow)
       elseif cap and running >= cap then
@@ -202,4 +228,23 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
     end
   end
   return false
+end
+
+-- Add a worker's tally of ended attempts (outcome_counts.py) to the lane's hourly counters, read
+-- by the admin console (lane_stats.py): per outcome and per job and outcome in a hash, succeeded
+-- runs and final failures per tenant in a sorted set each. `n` entries of (hour, outcome, count,
+-- job, tenant) start at ARGV[first]. A key gets its TTL when a field of it is created.
+local function count_outcomes(P, argv, first, n)
+  for i = first, first + 5 * (n - 1), 5 do
+    local hour, outcome, count, job, tenant = argv[i], argv[i + 1], tonumber(argv[i + 2]), argv[i + 3], argv[i + 4]
+    local sk = stats_key(P, hour)
+    if redis.call('HINCRBY', sk, outcome, count) == count then redis.call('EXPIRE', sk, STATS_TTL) end
+    redis.call('HINCRBY', sk, 'j|' .. job .. '|' .. outcome, count)
+    local tk
+    if outcome == 'succeeded' then tk = succeeding_key(P, hour) elseif outcome == 'failed' then tk = failing_key(P, hour) end
+    if tk then
+      if tenant == '' then tenant = NO_TENANT end
+      if tonumber(redis.call('ZINCRBY', tk, count, tenant)) == count then redis.call('EXPIRE', tk, STATS_TTL) end
+    end
+  end
 end

@@ -27,7 +27,7 @@ local refused = admit(active, limit_keys, limits)
 if refused then return {'s', refused} end
 
 redis.call('HSET', job, unpack(ARGV, FIELDS))
-if restore == '1' and (redis.call('ZSCORE', scheduled, id) or redis.call('LPOS', flow_key(P, flow), id)) then
+if restore == '1' and (redis.call('ZSCORE', scheduled, id) or flow_holds(P, flow, id)) then
   -- Only the hash was lost: the id still waits in its flow or the scheduled set.
   return {'q'}
 end

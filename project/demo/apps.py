@@ -8,3 +8,9 @@ class DemoConfig(AppConfig):
     label = "demo"
     verbose_name = "Demo tenants"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from project import telemetry
+
+        # Before the first request: DjangoInstrumentor adds its middleware to the settings.
+        telemetry.configure()

@@ -12,7 +12,7 @@ from rq.serializers import JSONSerializer
 
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
-from kumiko_jobs.models import JobRun
+from kumiko_jobs.models import JobRun, TenantFailure
 
 DEMO_JOB_PREFIX = "demo."
 ADMIN_USERNAME = "admin"
@@ -42,6 +42,7 @@ def clear_previous_demo() -> tuple[int, int]:
     names.update(client.scan_iter(match=f"rq:job:{keys.id_tag}-*", count=1000))
     removed = int(client.delete(*names)) if names else 0
     deleted, _ = JobRun.objects.filter(job_name__startswith=DEMO_JOB_PREFIX).delete()
+    TenantFailure.objects.filter(job_name__startswith=DEMO_JOB_PREFIX).delete()
     return removed, deleted
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kumiko_jobs import Backoff, UnrecoverableError, job, on_event
+from kumiko_jobs import Backoff, TenantVisibleFailure, TenantVisibleRun, UnrecoverableError, job, on_event
 from kumiko_jobs.context import JobContext
 from project.demo.models import Note
 
@@ -31,7 +31,17 @@ def write_note(payload: dict[str, Any], ctx: JobContext) -> None:
     ctx.log.info("wrote note %s for tenant %s", note.pk, ctx.tenant_id)
 
 
-@job("demo.flaky_sync", retries=2, backoff=Backoff("fixed", delay_ms=200))
+# The tenant sees these runs on its own "recent jobs and problems" page (project/demo/tenant_views.py):
+# status and times per sync, never the payload or the error text.
+SYNC_SEEN_BY_TENANT = TenantVisibleRun(subject_fields=("seq",))
+
+
+@job(
+    "demo.flaky_sync",
+    retries=2,
+    backoff=Backoff("fixed", delay_ms=200),
+    tenant_visible_run=SYNC_SEEN_BY_TENANT,
+)
 def flaky_sync(payload: dict[str, Any], ctx: JobContext) -> None:
     """Fails on attempts 1 and 2, succeeds on 3: shows retries with a fixed backoff."""
     # Decided by the attempt number, which travels with the job: any worker process, or a
@@ -41,7 +51,14 @@ def flaky_sync(payload: dict[str, Any], ctx: JobContext) -> None:
     ctx.log.info("synced on attempt %s", ctx.attempt)
 
 
-@job("demo.always_fails", retries=1)
+@job(
+    "demo.always_fails",
+    retries=1,
+    tenant_visible_run=TenantVisibleRun(subject_fields=("seq",)),
+    # A final failure leaves the tenant a message key (translated by its UI), cleared by a
+    # later success of the same export.
+    tenant_visible_failure=TenantVisibleFailure("demo.export_failed", subject_fields=("seq",)),
+)
 def always_fails(payload: dict[str, Any], ctx: JobContext) -> None:
     """Fails on every attempt: ends ``failed`` after one retry, error kept on the run."""
     ctx.log.warning("about to fail (attempt %s)", ctx.attempt)

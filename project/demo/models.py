@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from django.conf import settings
 from django.db import models
 from django_scopes import ScopedManager
 
@@ -14,6 +15,8 @@ class Tenant(models.Model):  # type: ignore[django-manager-missing]
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(unique=True)
     active = models.BooleanField(default=True)
+    # Users who act for this tenant: its staff in the admin, and readers of its jobs page.
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="demo_tenants")
 
     def __str__(self) -> str:
         return self.name

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -22,6 +22,7 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path | None = None
+    metrics_port: int | None = None
 
     def exited(self) -> int | None:
         return self.process.poll()
@@ -42,7 +43,9 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE, "PYTHONUNBUFFERED": "1"}
 
 
-def start(name: str, args: Sequence[str], log_path: Path | None = None) -> Child:
+def start(
+    name: str, args: Sequence[str], log_path: Path | None = None, env: Mapping[str, str] | None = None
+) -> Child:
     """Start ``manage.py <args>``; output goes to ``log_path`` (or this terminal if None).
 
     Each child gets its own process group so the terminal's Ctrl-C reaches only the demo,
@@ -52,13 +55,14 @@ def start(name: str, args: Sequence[str], log_path: Path | None = None) -> Child
     output: IO[bytes] | None = log_path.open("wb") if log_path is not None else None
     try:
         process = subprocess.Popen(  # noqa: S603  (fixed argv: this interpreter and manage.py)
-            manage_py_command(*args), env=child_env(), stdin=subprocess.DEVNULL,
+            manage_py_command(*args), env={**child_env(), **(env or {})}, stdin=subprocess.DEVNULL,
             stdout=output, stderr=subprocess.STDOUT if output else None, process_group=0,
         )  # fmt: skip
     finally:
         if output is not None:
             output.close()  # the child holds its own descriptor
-    return Child(name, process, log_path)
+    port = (env or {}).get("OTEL_EXPORTER_PROMETHEUS_PORT")
+    return Child(name, process, log_path, int(port) if port else None)
 
 
 def stop_all(children: Sequence[Child], grace: float = STOP_GRACE_SECONDS) -> list[str]:

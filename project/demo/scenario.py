@@ -14,17 +14,21 @@ from django_scopes import scope, scopes_disabled
 
 from kumiko_jobs import dispatch, emit
 from kumiko_jobs.models import JobRun
+from kumiko_jobs.tenancy import tenant_context
 from project.demo.jobs import FLAKY_SUCCEEDS_ON
 from project.demo.models import Note, Tenant
+from project.demo.tasks import count_notes
 
-Kind = Literal["quick", "flaky", "fails", "api", "event"]
-KINDS: tuple[Kind, ...] = ("quick", "flaky", "fails", "api", "event")
+Kind = Literal["quick", "flaky", "fails", "api", "event", "task"]
+KINDS: tuple[Kind, ...] = ("quick", "flaky", "fails", "api", "event", "task")
 JOB_OF_KIND: dict[Kind, str] = {
     "quick": "demo.write_note",
     "flaky": "demo.flaky_sync",
     "fails": "demo.always_fails",
     "api": "demo.preview",
     "event": "demo.index_note",
+    # A Django @task: its job is named by its import path.
+    "task": count_notes.module_path,
 }
 NOTE_WRITING_KINDS: tuple[Kind, ...] = ("quick", "event")
 
@@ -45,6 +49,7 @@ EXPECTED: dict[Kind, Expected] = {
     "fails": Expected("failed", attempt=2),
     "api": Expected("succeeded", attempt=1, lane="api"),
     "event": Expected("succeeded", attempt=1),
+    "task": Expected("succeeded", attempt=1),
 }
 
 
@@ -69,14 +74,14 @@ def min_jobs(tenant_count: int) -> int:
 
 def plan(tenants: Sequence[Tenant], total: int) -> list[PlannedRun]:
     """``total`` runs shared evenly by the tenants: per tenant exactly one always-failing run,
-    about a tenth each of flaky, api and event runs (at least one), the rest quick.
+    about a tenth each of flaky, api, event and Django-task runs (at least one), the rest quick.
 
     Tenants are interleaved so they progress side by side, as fair dequeueing should show.
     """
     per_tenant: list[list[PlannedRun]] = []
     for index, tenant in enumerate(tenants):
         share = total // len(tenants) + (1 if index < total % len(tenants) else 0)
-        specials: list[Kind] = [*("flaky", "api", "event") * max(1, share // 10), "fails"]
+        specials: list[Kind] = [*("flaky", "api", "event", "task") * max(1, share // 10), "fails"]
         kinds = _spread(specials, share)
         per_tenant.append([PlannedRun(tenant, kind, seq) for seq, kind in enumerate(kinds, 1)])
     return [run for batch in zip_longest(*per_tenant) for run in batch if run is not None]
@@ -100,6 +105,10 @@ def dispatch_planned(
         text = f"{batch} {run.tenant.slug} #{run.seq}"
         if run.kind == "event":
             run_ids = _create_note_and_emit(run, text)
+        elif run.kind == "task":
+            # Django's API: the tenant is the current one, as a request middleware would set it.
+            with tenant_context(str(run.tenant.pk)):
+                run_ids = [count_notes.enqueue(text).id]
         else:
             result = dispatch(JOB_OF_KIND[run.kind], {"text": text, "seq": run.seq}, tenant=run.tenant)
             run_ids = [result.run_id] if result.run_id is not None else []

@@ -19,4 +19,7 @@ def active_tenant_ids() -> Iterator[int]:
 
 
 def tenant_of_user(user: Any) -> int | None:
-    return None
+    """The tenant a user acts for (its first membership); None for everyone else."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    return Tenant.objects.filter(members=user).order_by("pk").values_list("pk", flat=True).first()

@@ -8,7 +8,16 @@ import pytest
 from django.core.checks import Error
 from django.core.management import call_command
 
-from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, cron, job, on_event
+from kumiko_jobs import (
+    Backoff,
+    EscapeHatch,
+    MaxPerTenant,
+    TenantVisibleFailure,
+    TenantVisibleRun,
+    cron,
+    job,
+    on_event,
+)
 from kumiko_jobs.checks import check_definition, check_jobs
 from kumiko_jobs.definitions import EventTrigger
 from kumiko_jobs.registry import build_definition, registry
@@ -38,6 +47,8 @@ def test_valid_declaration_has_no_errors() -> None:
             escape_hatch=EscapeHatch("nightly export", grants=("unscoped",)),
             max_defers=0,
             concurrency="sequential",
+            tenant_visible_run=TenantVisibleRun(("invoice_id",)),
+            tenant_visible_failure=TenantVisibleFailure("billing.export_failed"),
         )
         == []
     )
@@ -78,6 +89,18 @@ def test_valid_declaration_has_no_errors() -> None:
             },
             "kumiko_jobs.E026",
         ),
+        (
+            {
+                "tenant_visible_run": TenantVisibleRun(("invoice_id",)),
+                "tenant_visible_failure": TenantVisibleFailure("k", ("order_id",)),
+            },
+            "kumiko_jobs.E301",
+        ),
+        ({"tenant_visible_run": TenantVisibleRun("invoice_id")}, "kumiko_jobs.E302"),  # type: ignore[arg-type]
+        ({"tenant_visible_run": ("invoice_id",)}, "kumiko_jobs.E302"),
+        ({"tenant_visible_failure": TenantVisibleFailure(" ")}, "kumiko_jobs.E303"),
+        ({"tenant_visible_failure": TenantVisibleFailure("k", ("",))}, "kumiko_jobs.E303"),
+        ({"per_tenant": True, "retries": 40, "backoff": "exponential"}, "kumiko_jobs.E304"),
     ],
 )
 def test_each_rule_reports_its_id(options: dict[str, Any], code: str) -> None:

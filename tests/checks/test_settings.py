@@ -11,6 +11,14 @@ from django.core.checks import Warning as CheckWarning
 from kumiko_jobs.checks import check_settings
 
 
+def scrub_to_none(text: str) -> None:
+    """A broken SCRUBBER: forgets to return the text."""
+
+
+def scrub_raises(text: str) -> str:
+    raise RuntimeError("broken scrubber")
+
+
 @pytest.mark.parametrize(
     ("override", "code", "fragment"),
     [
@@ -32,6 +40,13 @@ from kumiko_jobs.checks import check_settings
         ({"ABANDONED_RETRIES": -1}, "kumiko_jobs.E030", "ABANDONED_RETRIES"),
         ({"JOB_MODULE": "my jobs"}, "kumiko_jobs.E031", "JOB_MODULE"),
         ({"JOB_MODULE": None}, "kumiko_jobs.E031", "JOB_MODULE"),
+        ({"RUN_RETENTION": 60}, "kumiko_jobs.E305", "RUN_RETENTION"),
+        ({"AUDIT_RETENTION": 86400.5}, "kumiko_jobs.E305", "AUDIT_RETENTION"),
+        ({"SCRUBBER": "nowhere.scrub"}, "kumiko_jobs.E401", "SCRUBBER"),
+        ({"SCRUBBER": 42}, "kumiko_jobs.E401", "it is not callable"),
+        ({"SCRUBBER": "tests.checks.test_settings.scrub_to_none"}, "kumiko_jobs.E402", "returned None"),
+        ({"SCRUBBER": "tests.checks.test_settings.scrub_raises"}, "kumiko_jobs.E402", "raised"),
+        ({"LOG_JOB_LINES": "yes"}, "kumiko_jobs.E403", "LOG_JOB_LINES"),
         ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
     ],
 )
@@ -59,4 +74,9 @@ def test_message_and_hint_are_exact(settings: Any) -> None:
 
 def test_defaults_pass(settings: Any) -> None:
     settings.KUMIKO_JOBS = {}
+    assert check_settings() == []
+
+
+def test_no_scrubber_and_logged_job_lines_pass(settings: Any) -> None:
+    settings.KUMIKO_JOBS = {"SCRUBBER": None, "LOG_JOB_LINES": True}
     assert check_settings() == []

@@ -8,7 +8,17 @@ import os
 import time
 from typing import Any
 
-from kumiko_jobs import Backoff, EscapeHatch, MaxPerTenant, UnrecoverableError, cron, job, on_event
+from kumiko_jobs import (
+    Backoff,
+    EscapeHatch,
+    MaxPerTenant,
+    TenantVisibleFailure,
+    TenantVisibleRun,
+    UnrecoverableError,
+    cron,
+    job,
+    on_event,
+)
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.context import JobContext
 
@@ -287,6 +297,50 @@ def breaks_connection(payload: dict[str, Any], ctx: JobContext) -> None:
     connection.connection.close()
 
 
+# --- tenant-visible history (tests/test_tenant_history.py, admin and browser tests) ----------
+
+
+class PartnerDown(RuntimeError):
+    """A project's user-facing error: it names its own message key for the tenant."""
+
+    message_key = "billing.partner_down"
+
+
+@job(
+    name="tests.export_invoice",
+    retries=1,
+    tenant_visible_run=TenantVisibleRun(subject_fields=("invoice_id", "format")),
+    tenant_visible_failure=TenantVisibleFailure("billing.export_failed"),
+)
+def export_invoice(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Fails while payload "fail" says so: "attempt1" (first attempt only), "always", "partner"
+    (a PartnerDown, with its own message key) or "unrecoverable"."""
+    trace("export_invoice", payload=payload, **_ctx_fields(ctx))
+    fail = payload.get("fail")
+    if fail == "always" or (fail == "attempt1" and ctx.attempt == 1):
+        raise RuntimeError(f"secret provider text for invoice {payload.get('invoice_id')}")
+    if fail == "partner":
+        raise PartnerDown("partner said 503 to card 4111 1111 1111 1111")
+    if fail == "unrecoverable":
+        raise UnrecoverableError("template missing")
+    if fail == "switch":
+        # Fails until the test sets the switch: a later success of the same subject.
+        if not get_redis().exists(f"{get_keys().prefix}:switch"):
+            raise RuntimeError("not yet")
+
+
+@job(name="tests.failure_only", tenant_visible_failure=TenantVisibleFailure("sync.failed"))
+def failure_only(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Tenant-visible failures without a subject and without visible runs."""
+    if payload.get("fail"):
+        raise RuntimeError("boom")
+
+
+@job(name="tests.replaceable", concurrency="replace", tenant_visible_run=TenantVisibleRun())
+def replaceable(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("replaceable", payload=payload, **_ctx_fields(ctx))
+
+
 # --- chaos suite (tests/chaos/) ----------------------------------------------------------------
 
 
@@ -391,3 +445,67 @@ def gate_slow(payload: dict[str, Any], ctx: JobContext) -> None:
 @_declare("gate_defer", boot_gate=True)
 def gate_defer(payload: dict[str, Any], ctx: JobContext) -> Any:
     return ctx.defer(100)
+
+
+# --- scrubbing (tests/test_scrubbing.py, tests/test_observability.py) ---------------------------
+
+# Fake personal data and secrets the scrubber must remove.
+SECRET_TEXT = (
+    "mail ann@example.com, header Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig, "
+    "dsn postgres://app:hunter2@db.internal:5432/prod, card 4111 1111 1111 1111"
+)
+FAKE_TOKEN = "Bearer abcdefgh12345678"
+
+
+@job(name="tests.raise_secret")
+def raise_secret(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Logs and raises text full of personal data and secrets (it must be scrubbed)."""
+    ctx.log.info("working for %s", "ann@example.com")
+    ctx.log.child(token=FAKE_TOKEN).warning("retrying with card 5555-5555-5555-4444")
+    raise ValueError(SECRET_TEXT)
+
+
+# --- async def handlers (tests/test_async_handlers.py) -----------------------------------------
+
+
+@job(name="tests.async_record")
+async def async_record(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Awaits, logs, reads the active tenant, and chains jobs both ways when asked."""
+    import asyncio
+
+    from kumiko_jobs.tenancy import current_tenant_id
+
+    await asyncio.sleep(0)
+    ctx.log.info("async handler ran for %s", ctx.tenant_id)
+    fields = {"active_tenant": current_tenant_id(), **_ctx_fields(ctx)}
+    if payload.get("chain"):
+        fields["chained"] = ctx.dispatch("tests.record", {"n": "from-async"}).run_id
+    if payload.get("achain"):
+        fields["achained"] = (await ctx.adispatch("tests.record", {"n": "from-async-a"})).run_id
+    if payload.get("leak"):
+        # A task left running: cancelled when the handler returns, never run in a later job.
+        async def leaked() -> None:
+            await asyncio.sleep(0.05)
+            trace("leaked_ran")
+
+        asyncio.get_running_loop().create_task(leaked())
+    trace("async_record", payload=payload, **fields)
+
+
+@job(name="tests.async_slow", timeout=0.2, retries=1)
+async def async_slow(payload: dict[str, Any], ctx: JobContext) -> None:
+    import asyncio
+
+    trace("async_slow_start", **_ctx_fields(ctx))
+    await asyncio.sleep(float(payload.get("seconds", 2)))
+    trace("async_slow_end", **_ctx_fields(ctx))
+
+
+@job(name="tests.async_note")
+async def async_note(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Django's async ORM inside the tenant's scope (activated around the coroutine)."""
+    from project.demo.models import Note
+
+    note = await Note.objects.acreate(tenant_id=ctx.tenant_id, text=str(payload.get("text", "async")))
+    seen = sorted({n.tenant_id async for n in Note.objects.all()})
+    trace("async_note", note=note.pk, seen=seen, **_ctx_fields(ctx))

@@ -1,4 +1,5 @@
-"""``manage.py jobs list|trigger|stats|rebuild``: operator commands (kumiko_jobs/cli, one module each)."""
+"""``manage.py jobs list|trigger|stats|rebuild|prune``: operator commands (kumiko_jobs/cli, one
+module each)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ progress and a per-tenant summary, then serves the admin's run browser until Ctr
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import tempfile
@@ -25,11 +26,14 @@ from rich.markup import escape
 from kumiko_jobs.conf import redis_url
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import LANES
+from kumiko_jobs.observability import flush_telemetry
+from project import telemetry
 from project.demo import housekeeping, processes, progress, scenario
 from project.demo.models import Tenant
 from project.demo.processes import Child
 
 RUN_BROWSER_PATH = "/admin/kumiko_jobs/jobrun/"
+CONSOLE_PATH = "/admin/kumiko_jobs/consoleoverview/"
 SHOWN_PROBLEMS = 10
 
 
@@ -71,10 +75,15 @@ class Command(BaseCommand):
         # SIGTERM takes the Ctrl-C path, so the workers are stopped either way.
         previous_handler = signal.signal(signal.SIGTERM, signal.default_int_handler)
         workers: list[Child] = []
+        # This process's console spans go to a file: on stdout they would garble the progress bars.
+        spans = _log_path("spans").open("w")
+        telemetry.console_to(spans)
         try:
             workers = [
-                processes.start(f"{lane} worker", ["runjobs", "--lane", lane], _log_path(lane))
-                for lane in LANES
+                processes.start(
+                    f"{lane} worker", ["runjobs", "--lane", lane], _log_path(lane), _metrics_env(index)
+                )
+                for index, lane in enumerate(LANES)
             ]
             console.print(
                 f"Started {len(workers)} workers (pids {', '.join(str(w.process.pid) for w in workers)})."
@@ -83,6 +92,10 @@ class Command(BaseCommand):
                 console, tenants, int(options["jobs"]), float(options["timeout"]), workers
             )
             console.print(f"Admin: http://127.0.0.1:{port}{RUN_BROWSER_PATH}")
+            console.print(f"Console: http://127.0.0.1:{port}{CONSOLE_PATH}")
+            console.print(
+                f"A tenant's own jobs page: http://127.0.0.1:{port}/tenants/{tenants[0].slug}/jobs/"
+            )
             how = "created" if login.created else "password reset"
             console.print(f"Login: {login.username} / {login.password}  ({how})")
             if once:
@@ -99,6 +112,9 @@ class Command(BaseCommand):
         finally:
             self._stop(console, workers)
             signal.signal(signal.SIGTERM, previous_handler)
+            flush_telemetry()
+            telemetry.console_to(None)
+            spans.close()
 
     def _check_preconditions(self, jobs: int, port: int | None) -> list[Tenant]:
         """The active tenants, once everything the demo needs is known to be there."""
@@ -161,10 +177,15 @@ class Command(BaseCommand):
                 console.print(f"  - {escape(problem)}")
         else:
             console.print(
-                "[green]Every run ended as expected:[/] quick, api and event jobs succeeded, flaky ones "
+                "[green]Every run ended as expected:[/] quick, api and event jobs and the Django task "
+                "succeeded, flaky ones "
                 f"on attempt {scenario.EXPECTED['flaky'].attempt}, always-failing ones failed after a retry."
             )
         console.print(f"Worker logs: {', '.join(str(w.log_path) for w in workers)}")
+        console.print(f"Spans of this process: {_log_path('spans')} (the workers' are in their logs)")
+        ports = [w.metrics_port for w in workers if w.metrics_port]
+        if ports:
+            console.print(f"Prometheus metrics of the workers: {', '.join(f'127.0.0.1:{p}' for p in ports)}")
         return problems
 
     def _serve(self, console: Console, port: int) -> None:
@@ -195,6 +216,14 @@ def _alive(workers: list[Child]) -> None:
             raise CommandError(
                 f"The {worker.name} exited with code {code}. Its last lines:\n{worker.log_tail()}"
             )
+
+
+def _metrics_env(index: int) -> dict[str, str]:
+    """Each worker serves its Prometheus metrics on its own port (9464, 9465, ... by default)."""
+    if not telemetry.prometheus_enabled():
+        return {}
+    port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")) + index
+    return {"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)} if _port_free(port) else {}
 
 
 def _log_path(lane: str) -> Path:

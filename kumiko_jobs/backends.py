@@ -1,0 +1,137 @@
+"""``KumikoTaskBackend``: Django's tasks framework (``django.tasks``) on kumiko_jobs.
+
+``TASKS = {"default": {"BACKEND": "kumiko_jobs.backends.KumikoTaskBackend"}}`` makes every
+``@task`` a kumiko job (task_jobs.py) and every ``.enqueue()`` a kumiko run, through the same
+path as ``dispatch()``: a run record, its tenant's flow on the lane named by ``queue_name``,
+caps, retries, the admin, crash repair.
+
+- The tenant is the current one (``kumiko_jobs.tenancy.current_tenant_id()``: a job's own tenant
+  inside a job, ``tenant_context(...)`` in a request), never an argument.
+- ``priority`` orders the runs of one tenant's flow (higher first); it never lets one tenant's
+  runs overtake another's (the lane still serves tenants in turn).
+- ``run_after`` delays the run through the lane's scheduled set.
+- Inside ``transaction.atomic()`` the run is recorded at once and reaches Redis on commit, and
+  ``task_enqueued`` is sent then; a rollback leaves neither. (Django's own backends act at once.)
+- Results are read from the run record (task_results.py); a task returns JSON or fails.
+- ``QUEUES`` may list ``"worker"``, ``"api"`` and ``"default"`` (Django's name for a task
+  declared without ``queue_name``, run on the worker lane and valid whenever ``"worker"`` is);
+  without ``QUEUES`` all three are valid. ``OPTIONS`` has no keys yet.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from django.core.checks import CheckMessage
+from django.db import router, transaction
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import InvalidTask
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from kumiko_jobs.models import JobRun
+from kumiko_jobs.task_class import KumikoTask
+from kumiko_jobs.task_jobs import QUEUE_LANES, definition_for, envelope, lane_of, register_task
+
+if TYPE_CHECKING:
+    from django.tasks import Task
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class KumikoTaskBackend(BaseTaskBackend):
+    """Runs Django tasks as kumiko runs; see the module docstring."""
+
+    task_class = KumikoTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        # Kept for check(): Django ignores keys it does not know, kumiko reports them.
+        self.params = dict(params)
+        queues = params.get("QUEUES")
+        if queues is None:
+            self.queues = set(QUEUE_LANES)
+        elif isinstance(queues, list | tuple | set):
+            self.queues = set(queues) | ({"default"} if "worker" in queues else set())
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        if task.run_after is not None and not isinstance(task.run_after, datetime):
+            raise InvalidTask(
+                f"run_after must be a datetime, got {type(task.run_after).__name__}; "
+                "for a delay use .using(run_after=timezone.now() + timedelta(...))."
+            )
+        super().validate_task(task)
+        if lane_of(task.queue_name) is None:
+            raise InvalidTask(
+                f"Queue {task.queue_name!r} is not valid for backend. KumikoTaskBackend's queues are "
+                "kumiko's lanes: 'worker' (also 'default', the queue of a task without queue_name) "
+                "and 'api'."
+            )
+        # First sight of a task (its module's import): it becomes a job (workers, admin).
+        register_task(task)
+
+    def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[P, R]:
+        from kumiko_jobs.dispatching import prepare, submit
+        from kumiko_jobs.tenancy import current_tenant_id, normalise_tenant
+        from kumiko_jobs.validation import delay_seconds, validate_payload
+
+        self.validate_task(task)
+        run_id = uuid.uuid4()
+        # Built first, as Django's backends do: arguments that are not JSON raise here, before
+        # anything is written.
+        result: TaskResult[P, R] = TaskResult(
+            task=task,
+            id=str(run_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        now = timezone.now()
+        call = validate_payload({"args": result.args, "kwargs": result.kwargs})
+        payload = envelope(task, call, now)
+        prepared = prepare(
+            definition_for(task),
+            payload,
+            tenant_id=normalise_tenant(current_tenant_id()),
+            user_id=None,
+            delay=delay_seconds(task.run_after - now) if task.run_after else 0.0,
+            run_id=run_id,
+            now=now,
+        )
+        submit([prepared])
+        object.__setattr__(result, "enqueued_at", now)
+        using = router.db_for_write(JobRun)
+        if transaction.get_connection(using).in_atomic_block:
+            # Like the push: announced once committed, never for a rolled-back enqueue.
+            transaction.on_commit(lambda: self._announce(result), using=using)
+        else:
+            self._announce(result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        from kumiko_jobs.task_results import get_task_result
+
+        return get_task_result(result_id)
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        from kumiko_jobs.checks.tasks import check_task_backend
+
+        return check_task_backend(self.alias, self.params)
+
+    def _announce(self, result: TaskResult[Any, Any]) -> None:
+        task_enqueued.send(type(self), task_result=result)

@@ -1,0 +1,59 @@
+-- How a flow holds its waiting ids. Plain flows are lists (FIFO: RPUSH, LPOP). Ordered flows
+-- (flows.py, the runs of Django tasks) are sorted sets scored (100 - priority) * 2^44 + sequence:
+-- ZPOPMIN serves the highest priority first and equal priorities in the order they were queued,
+-- O(log n) both ways. The priority is the job hash's kumiko_pri field (-100..100, default 0);
+-- the sequence is the lane's counter, so a run queued again (a retry) goes behind its equals.
+local SEQUENCE_SPAN = 17592186044416  -- 2^44: scores stay exact doubles (< 2^53)
+
+local function ordered_score(P, id, front)
+  local priority = tonumber(redis.call('HGET', job_key(id), 'kumiko_pri') or '0') or 0
+  priority = math.max(-100, math.min(100, math.floor(priority)))
+  local sequence = 0  -- front: ahead of every run of its priority
+  if not front then sequence = redis.call('INCR', sequence_key(P)) % SEQUENCE_SPAN end
+  -- Formatted by hand: Lua's default number-to-string keeps 14 digits, not all 16.
+  return string.format('%.0f', (100 - priority) * SEQUENCE_SPAN + sequence)
+end
+
+local function flow_add(P, flow, id, front)
+  if is_ordered(flow) then
+    redis.call('ZADD', flow_key(P, flow), ordered_score(P, id, front), id)
+  elseif front then
+    redis.call('LPUSH', flow_key(P, flow), id)
+  else
+    redis.call('RPUSH', flow_key(P, flow), id)
+  end
+end
+
+-- The next id of a flow (removed): id, false; false, false when it is empty; false, true when
+-- its key holds another type (the caller quarantines the flow).
+local function flow_pop(P, flow)
+  if is_ordered(flow) then
+    local popped = redis.pcall('ZPOPMIN', flow_key(P, flow))
+    if popped.err then return false, true end
+    return popped[1] or false, false
+  end
+  local id = redis.pcall('LPOP', flow_key(P, flow))
+  if type(id) == 'table' then return false, true end
+  return id, false
+end
+
+local function flow_size(P, flow)
+  if is_ordered(flow) then return redis.call('ZCARD', flow_key(P, flow)) end
+  return redis.call('LLEN', flow_key(P, flow))
+end
+
+local function flow_ids(P, flow)
+  if is_ordered(flow) then return redis.call('ZRANGE', flow_key(P, flow), 0, -1) end
+  return redis.call('LRANGE', flow_key(P, flow), 0, -1)
+end
+
+-- Take one waiting id out of its flow (an operator's cancel): true if it was there.
+local function flow_remove(P, flow, id)
+  if is_ordered(flow) then return redis.call('ZREM', flow_key(P, flow), id) == 1 end
+  return redis.call('LREM', flow_key(P, flow), 1, id) == 1
+end
+
+local function flow_holds(P, flow, id)
+  if is_ordered(flow) then return redis.call('ZSCORE', flow_key(P, flow), id) ~= false end
+  return redis.call('LPOS', flow_key(P, flow), id) ~= false
+end

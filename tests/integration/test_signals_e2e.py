@@ -1,0 +1,59 @@
+"""Signals from a real runjobs worker: a short run's start is announced with its outcome, a
+long run's by the running marker; each exactly once and in order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from kumiko_jobs import dispatch
+from tests.integration.conftest import StartWorker
+from tests.integration.support import wait_until
+from tests.testapp.signals import signals_key
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_short_and_long_runs_announce_their_start_once_before_their_outcome(
+    start_worker: StartWorker, tenants: list[Any], redis_client: redis.Redis, wait_for_run: Any
+) -> None:
+    worker = start_worker("worker")
+    short = dispatch("tests.record", {"n": 1}, tenant=tenants[0])
+    long = dispatch("tests.sleeper", {"seconds": 0.6}, tenant=tenants[0])
+    wait_for_run(long.run_id)
+
+    def entries() -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in redis_client.lrange(signals_key(), 0, -1)]
+
+    # job_queued comes from this process, the rest from the worker's.
+    wait_until(lambda: len(entries()) >= 6, 10, "six signals")
+    by_run: dict[str, list[tuple[str, int]]] = {}
+    for e in entries():
+        by_run.setdefault(e["run"]["run_id"], []).append((e["signal"], e["pid"]))
+    for result in (short, long):
+        sent = by_run[str(result.run_id)]
+        assert [name for name, _ in sent] == ["job_queued", "job_started", "job_succeeded"]
+        assert {pid for name, pid in sent if name != "job_queued"} == {worker.pid}
+
+
+def test_a_workers_outcome_counts_reach_redis_within_a_second_of_going_idle(
+    start_worker: StartWorker, tenants: list[Any], redis_client: redis.Redis, wait_for_run: Any
+) -> None:
+    from kumiko_jobs import lane_stats
+    from kumiko_jobs.connection import get_keys
+
+    start_worker("worker")
+    runs = [dispatch("tests.record", {"n": n}, tenant=tenants[n % 2]) for n in range(6)]
+    for run in runs:
+        wait_for_run(run.run_id)
+
+    def counted() -> int:
+        return lane_stats.hourly(redis_client, get_keys(), "worker")[-1].get("succeeded")
+
+    # No further job comes: the idle worker's next claim (at most every second) carries the tally.
+    assert wait_until(lambda: counted() == 6, 5, "six succeeded runs counted")
+    per_tenant = lane_stats.tenant_outcomes(redis_client, get_keys(), [str(t.pk) for t in tenants[:2]])
+    assert [per_tenant[str(t.pk)]["succeeded"] for t in tenants[:2]] == [3, 3]

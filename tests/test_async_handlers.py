@@ -1,0 +1,130 @@
+"""``async def`` handlers through drain(): the worker's execution path, in-process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.async_handlers import close_thread_loop, run_coroutine
+from kumiko_jobs.exceptions import JobTimeout
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.tenancy import current_tenant_id, tenant_context
+from kumiko_jobs.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_async_handler_runs_with_its_tenant_log_and_context(traces: Any, tenants: list[Any]) -> None:
+    result = dispatch("tests.async_record", {"n": 1}, tenant=tenants[0])
+    assert drain() == {"succeeded": 1}
+    [entry] = traces("async_record")
+    assert entry["active_tenant"] == entry["tenant"] == str(tenants[0].pk)
+    assert entry["run_id"] == result.run_id
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.status == RunStatus.SUCCEEDED
+    assert [line["msg"] for line in run.logs] == [f"async handler ran for {tenants[0].pk}"]
+
+
+def test_ctx_dispatch_works_inside_an_async_handler(traces: Any, tenants: list[Any]) -> None:
+    dispatch("tests.async_record", {"chain": True, "achain": True}, tenant=tenants[1])
+    assert drain() == {"succeeded": 3}
+    [entry] = traces("async_record")
+    children = JobRun.objects.filter(pk__in=[entry["chained"], entry["achained"]])
+    assert {(c.job_name, c.tenant_id, c.correlation_id) for c in children} == {
+        ("tests.record", str(tenants[1].pk), entry["corr"])
+    }
+    assert {e["payload"]["n"] for e in traces("record")} == {"from-async", "from-async-a"}
+
+
+def test_async_timeout_cancels_the_coroutine_and_retries(traces: Any) -> None:
+    result = dispatch("tests.async_slow", {"seconds": 5})
+    started = time.monotonic()
+    assert drain() == {"retried": 1, "failed": 1}
+    assert time.monotonic() - started < 2  # two attempts of 0.2 s, not of 5 s
+    assert len(traces("async_slow_start")) == 2 and traces("async_slow_end") == []
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.error == "JobTimeout: Job 'tests.async_slow' exceeded its timeout of 0.2s and was cancelled."
+
+
+def test_tasks_left_running_are_cancelled_when_the_handler_returns(traces: Any) -> None:
+    dispatch("tests.async_record", {"leak": True})
+    dispatch("tests.async_slow", {"seconds": 0.1})  # the next job on the same loop, 0.1 s long
+    assert drain() == {"succeeded": 2}
+    assert traces("leaked_ran") == []
+
+
+def test_async_orm_inside_the_tenant_scope(traces: Any, tenants: list[Any]) -> None:
+    from django_scopes import scopes_disabled
+
+    from project.demo.models import Note
+
+    with scopes_disabled():
+        Note.objects.create(tenant=tenants[1], text="other tenant's")
+    dispatch("tests.async_note", {"text": "from a coroutine"}, tenant=tenants[0])
+    assert drain() == {"succeeded": 1}
+    [entry] = traces("async_note")
+    assert entry["seen"] == [tenants[0].pk]  # the scope was active inside the coroutine
+    with scopes_disabled():
+        assert Note.objects.get(pk=entry["note"]).text == "from a coroutine"
+
+
+def test_coroutines_run_outside_the_main_thread_with_the_callers_context() -> None:
+    seen: list[Any] = []
+
+    async def handler(value: int) -> int:
+        seen.append((threading.current_thread().name, current_tenant_id()))
+        return value * 2
+
+    def in_thread() -> None:
+        with tenant_context("t-1"):
+            seen.append(run_coroutine(handler, (21,), timeout=1.0, job_name="x"))
+        close_thread_loop()
+
+    thread = threading.Thread(target=in_thread, name="worker-thread-1")
+    thread.start()
+    thread.join()
+    assert seen == [("worker-thread-1", "t-1"), 42]
+
+
+def test_timeout_outside_the_main_thread() -> None:
+    import asyncio
+
+    errors: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            run_coroutine(asyncio.sleep, (5,), timeout=0.05, job_name="tests.sleepy")
+        except JobTimeout as exc:
+            errors.append(exc)
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(timeout=3)
+    assert [str(e) for e in errors] == ["Job 'tests.sleepy' exceeded its timeout of 0.05s and was cancelled."]
+
+
+def test_a_timeout_error_raised_by_the_handler_is_its_own() -> None:
+    async def raises() -> None:
+        raise TimeoutError("the partner API timed out")
+
+    with pytest.raises(TimeoutError, match="partner API"):
+        run_coroutine(raises, (), timeout=5.0, job_name="x")
+
+
+def test_called_from_a_running_loop_is_refused_clearly() -> None:
+    import asyncio
+
+    async def inner() -> None:
+        return None
+
+    async def outer() -> None:
+        run_coroutine(inner, (), timeout=None, job_name="tests.nested")
+
+    with pytest.raises(RuntimeError, match="called from a running event loop"):
+        asyncio.run(outer())

@@ -1,0 +1,216 @@
+"""KumikoTaskBackend beyond Django's own cases: tenants, lanes, retries, results, signals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from django.tasks import TaskResultStatus, default_task_backend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.backends import KumikoTaskBackend
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.registry import registry
+from kumiko_jobs.retrying import retry_failed
+from kumiko_jobs.tenancy import tenant_context
+from kumiko_jobs.testing import drain
+from tests.integration.support import REPO_ROOT
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_task_is_a_job_with_its_options() -> None:
+    definition = registry.get("tests.testapp.tasks.flaky")
+    assert definition.task is tasks.flaky
+    assert (definition.lane, definition.retries, definition.max_attempts) == ("worker", 2, 3)
+    assert registry.get("tests.testapp.tasks.on_api").lane == "api"
+    capped = registry.get("tests.testapp.tasks.capped").max_per_tenant
+    assert capped is not None and (capped.limit, capped.on_limit) == (1, "defer")
+
+
+def test_the_tenant_is_the_current_one(tenants: list[Any], traces: Any) -> None:
+    with tenant_context(str(tenants[0].pk)):
+        inside = tasks.traced.enqueue("inside")
+    outside = tasks.traced.enqueue("outside")
+    assert JobRun.objects.get(pk=inside.id).tenant_id == str(tenants[0].pk)
+    assert JobRun.objects.get(pk=outside.id).tenant_id is None
+    drain()
+    inside.refresh()
+    assert inside.return_value == {"label": "inside", "tenant": str(tenants[0].pk)}
+
+
+def test_a_task_enqueued_inside_a_run_takes_its_tenant(tenants: list[Any]) -> None:
+    with tenant_context(str(tenants[1].pk)):
+        parent = tasks.enqueue_child.enqueue("child")
+    assert drain() == {"succeeded": 2}
+    parent.refresh()
+    child = JobRun.objects.get(pk=parent.return_value)
+    assert (child.tenant_id, child.job_name) == (str(tenants[1].pk), "tests.testapp.tasks.traced")
+    assert child.correlation_id == JobRun.objects.get(pk=parent.id).correlation_id
+
+
+def test_an_unknown_tenant_is_refused_before_anything_is_written() -> None:
+    from kumiko_jobs import InvalidTenant
+
+    with tenant_context("999999"), pytest.raises(InvalidTenant, match="does not exist"):
+        tasks.traced.enqueue("x")
+    assert not JobRun.objects.exists()
+
+
+def test_queue_names_pick_the_lane() -> None:
+    default = tasks.traced.enqueue("default")
+    api = tasks.traced.using(queue_name="api").enqueue("api")
+    worker = tasks.on_api.using(queue_name="worker").enqueue("worker")
+    assert [JobRun.objects.get(pk=r.id).lane for r in (default, api, worker)] == ["worker", "api", "worker"]
+    assert drain(lanes=("api",)) == {"succeeded": 1}
+    api.refresh()
+    assert api.task.queue_name == "api" and api.return_value == {"label": "api", "tenant": None}
+
+
+def test_retries_are_visible_in_the_result(traces: Any) -> None:
+    result = tasks.flaky.enqueue(3)
+    assert drain() == {"retried": 2, "succeeded": 1}
+    result.refresh()
+    assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, 3, 3)
+    assert [e.exception_class for e in result.errors] == [RuntimeError, RuntimeError]
+    assert result.errors[0].traceback == "RuntimeError: flaky task failure on attempt 1\n"
+    # Each attempt saw the attempts before it, itself included (Django's context.attempt).
+    assert [(e["attempt"], len(e["workers"])) for e in traces("task_flaky")] == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_a_final_failure_keeps_every_attempts_error() -> None:
+    result = tasks.flaky.enqueue(99)
+    assert drain() == {"retried": 2, "failed": 1}
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 3
+    assert [e.traceback.splitlines()[-1] for e in result.errors] == [
+        f"RuntimeError: flaky task failure on attempt {n}" for n in (1, 2, 3)
+    ]
+    assert result.errors[-1].traceback.startswith("Traceback (most recent call last):")
+
+
+def test_return_values_are_json() -> None:
+    ok = tasks.returns_tuple.enqueue()
+    bad = tasks.returns_nan.enqueue()
+    drain()
+    ok.refresh()
+    bad.refresh()
+    assert ok.return_value == [1, "two"]
+    assert JobRun.objects.get(pk=ok.id).result == [1, "two"]
+    assert bad.status == TaskResultStatus.FAILED
+    assert bad.errors[0].exception_class is TypeError
+    assert "returned a value that is not JSON (nan is not representable in JSON)" in bad.errors[0].traceback
+
+
+def test_arguments_a_run_record_cannot_store_are_refused() -> None:
+    from kumiko_jobs import InvalidPayload
+
+    with pytest.raises(InvalidPayload, match="keys must be str"):
+        tasks.noop_task.enqueue({1: 2})
+    assert not JobRun.objects.exists()
+
+
+def test_a_job_run_is_not_a_task_result() -> None:
+    run = dispatch("tests.record", {"n": 1})
+    message = r"is a run of job 'tests\.record', not of a Django task"
+    with pytest.raises(TaskResultDoesNotExist, match=message):
+        default_task_backend.get_result(str(run.run_id))
+
+
+def test_signals_are_sent_as_django_sends_them() -> None:
+    received: list[tuple[str, Any, set[str], Any]] = []
+
+    def receiver(signal: Any, sender: Any, **kwargs: Any) -> None:
+        received.append((signal_names[signal], sender, set(kwargs), kwargs["task_result"].status))
+
+    signal_names = {task_enqueued: "enqueued", task_started: "started", task_finished: "finished"}
+    for signal in signal_names:
+        signal.connect(receiver)
+    try:
+        tasks.calculate_meaning_of_life.enqueue()
+        tasks.failing_task_value_error.enqueue()
+        drain()
+    finally:
+        for signal in signal_names:
+            signal.disconnect(receiver)
+    assert received == [
+        ("enqueued", KumikoTaskBackend, {"task_result"}, TaskResultStatus.READY),
+        ("enqueued", KumikoTaskBackend, {"task_result"}, TaskResultStatus.READY),
+        ("started", KumikoTaskBackend, {"task_result"}, TaskResultStatus.RUNNING),
+        ("finished", KumikoTaskBackend, {"task_result"}, TaskResultStatus.SUCCESSFUL),
+        ("started", KumikoTaskBackend, {"task_result"}, TaskResultStatus.RUNNING),
+        ("finished", KumikoTaskBackend, {"task_result"}, TaskResultStatus.FAILED),
+    ]
+
+
+def test_a_failing_receiver_never_fails_the_run(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    task_started.connect(broken)
+    task_finished.connect(broken)
+    try:
+        result = tasks.calculate_meaning_of_life.enqueue()
+        assert drain() == {"succeeded": 1}
+    finally:
+        task_started.disconnect(broken)
+        task_finished.disconnect(broken)
+    result.refresh()
+    assert result.return_value == 42
+    assert sum("a receiver of a Django task signal failed" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_retry_by_hand_keeps_lane_and_priority(redis_client: Any) -> None:
+    from kumiko_jobs.connection import get_keys
+
+    failed = tasks.failing_task_value_error.using(queue_name="api", priority=7).enqueue()
+    drain()
+    retry = retry_failed(JobRun.objects.get(pk=failed.id))
+    run = JobRun.objects.get(pk=retry.run_id)
+    assert (run.lane, run.retry_of, run.status) == (
+        "api",
+        JobRun.objects.get(pk=failed.id).pk,
+        RunStatus.QUEUED,
+    )
+    assert redis_client.hget(get_keys().job(retry.job_id), "kumiko_pri") == b"7"
+    again = default_task_backend.get_result(str(retry.run_id))
+    assert (again.task.priority, again.task.queue_name, again.status) == (7, "api", TaskResultStatus.READY)
+
+
+def test_validation_refuses_what_cannot_be_run() -> None:
+    from datetime import timedelta
+
+    with pytest.raises(InvalidTask, match="run_after must be a datetime, got timedelta"):
+        tasks.noop_task.using(run_after=timedelta(seconds=5))  # type: ignore[arg-type]
+    with pytest.raises(InvalidTask, match="Queue 'low' is not valid for backend"):
+        tasks.noop_task.using(queue_name="low")
+
+
+def test_a_worker_finds_a_task_by_its_name_alone() -> None:
+    # A fresh interpreter that never imported the module: the registry's resolver imports it.
+    code = (
+        "import django; django.setup();"
+        "from kumiko_jobs.registry import registry;"
+        "assert 'tests.testapp.lazy_tasks.lazy' not in registry;"
+        "d = registry.find('tests.testapp.lazy_tasks.lazy');"
+        "print(d.name, d.lane, d.task.module_path);"
+        "print(registry.find('tests.testapp.lazy_tasks.not_a_task'), registry.find('nowhere.at.all'))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split("\n")
+    assert output[:2] == [
+        "tests.testapp.lazy_tasks.lazy api tests.testapp.lazy_tasks.lazy",
+        "None None",
+    ]
