@@ -64,6 +64,7 @@ class Plan:
     rounds: int
     worker: int
     fork: int
+    processes: int  # trivial jobs per run of runjobs --processes 1 and --processes 2
     commands: int
     tenancy: Sizes
     peers: PeerSizes
@@ -80,6 +81,7 @@ FULL = Plan(
     rounds=3,
     worker=2000,
     fork=400,
+    processes=4000,
     commands=500,
     tenancy=TENANCY_FULL,
     peers=PEERS_FULL,
@@ -93,6 +95,7 @@ QUICK = Plan(
     rounds=1,
     worker=200,
     fork=30,
+    processes=300,
     commands=100,
     tenancy=TENANCY_QUICK,
     peers=PEERS_QUICK,
@@ -211,28 +214,7 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             Ratio("Task.enqueue() / dispatch()", enqueued.per_second / dispatched.per_second, 0.9)
         )
     if "workers" in sections:
-        from bench.worker_rate import measure_workers, run_ours
-
-        console.log(
-            f"workers: {plan.rounds} rounds of runjobs and SimpleWorker x {plan.worker}, "
-            f"forking Worker x {plan.fork}"
-        )
-        lane, simple, fork = measure_workers(env, plan.worker, plan.fork, plan.rounds)
-        report.rates += [lane, simple, fork]
-        report.ratios += [
-            Ratio("runjobs / rq SimpleWorker", lane.per_second / simple.per_second, 3.0),
-            Ratio("runjobs / rq Worker (fork)", lane.per_second / fork.per_second, 8.0),
-        ]
-        report.notes.append(
-            "Worker rates: jobs / (last ended_at - first started_at) over the jobs' Redis hashes, so "
-            "interpreter start-up and worker registration are excluded; child wall time shown beside."
-        )
-        if args.profile is not None:
-            from bench.profiling import summarise
-
-            console.log(f"profiling runjobs on {plan.worker} jobs (an extra run, not in the table)")
-            run_ours(env, plan.worker, "profile", args.profile)
-            console.print(summarise(args.profile, plan.worker))
+        measure_worker_section(env, plan, args, report, console)
     if "commands" in sections:
         from bench.command_counts import measure_commands
 
@@ -240,8 +222,10 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
         counts, where = measure_commands(env, plan.commands)
         report.commands += counts
         report.notes.append(
-            f"Commands counted on a {where}; totals include the commands Lua scripts run. Worker sides "
-            "include start-up and shutdown commands spread over the jobs."
+            f"Commands counted on a {where}; totals include the commands Lua scripts run. runjobs per "
+            "executed job = (the count of its run on the queued jobs - that of a run on the empty lane) "
+            "/ jobs; the 'incl. start-up' row and the RQ SimpleWorker row spread start-up and shutdown "
+            "over the jobs."
         )
     if "tenancy" in sections:
         from bench.tenancy import measure_tenancy
@@ -250,8 +234,8 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
         report.notes.append(
             "Tenancy: backlogs pushed with prepare()+push() in pipelined batches (rows inserted first); "
             "the measured runs go through dispatch() (fan-out: run_fan_out). Latency = the run's "
-            "started_at in its job hash minus the moment dispatch() was called. Worker rates are one "
-            "burst run each, not the median of rounds."
+            "started_at in its run record (the claim) minus the moment dispatch() was called. Worker "
+            "rates from the run records, one set each per round."
         )
     if "console" in sections:
         from bench.console import measure_console
@@ -285,6 +269,47 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
             'Schedules: the leader\'s planner step for one tick of a tz="tenant" per-tenant schedule '
             "(bench/schedules.py), injected clock, real Redis and database."
         )
+
+
+def measure_worker_section(
+    env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report, console: Console
+) -> None:
+    from bench.worker_rate import measure_processes, measure_workers, run_ours
+
+    console.log(
+        f"workers: {plan.rounds} rounds of runjobs and SimpleWorker x {plan.worker}, "
+        f"forking Worker x {plan.fork}"
+    )
+    workers = measure_workers(env, plan.worker, plan.fork, plan.rounds)
+    console.log(f"workers: {plan.rounds} rounds of runjobs --processes 1 and 2 x {plan.processes}")
+    one, two = measure_processes(env, plan.processes, plan.rounds)
+    report.rates += [workers.ours, workers.simple, workers.fork, one, two]
+    report.ratios += [
+        Ratio("runjobs / rq SimpleWorker", workers.ours.per_second / workers.simple.per_second, 3.0),
+        Ratio("runjobs / rq Worker (fork)", workers.ours.per_second / workers.fork.per_second, 8.0),
+        Ratio("runjobs --processes 2 / --processes 1", two.per_second / one.per_second, 1.5),
+        Ratio(
+            f"runjobs (1 thread) db connections opened over {plan.worker:,} jobs",
+            workers.connections,
+            2,
+            at_most=True,
+            fmt="d",
+        ),
+    ]
+    report.notes.append(
+        "Worker rates: jobs / (last end - first start), kumiko's from its run records (started_at, "
+        "finished_at), RQ's from its job hashes (started_at, ended_at), so interpreter start-up and "
+        "worker registration are excluded; child wall time shown beside, and the most database "
+        "connections a runjobs process opened in a round (its shutdown line). --processes: the "
+        f"supervisor and its children on {plan.processes:,} runs of one tenant pushed beforehand, "
+        "each child exiting when the lane is empty (--burst)."
+    )
+    if args.profile is not None:
+        from bench.profiling import summarise
+
+        console.log(f"profiling runjobs on {plan.worker} jobs (an extra run, not in the table)")
+        run_ours(env, plan.worker, "profile", args.profile)
+        console.print(summarise(args.profile, plan.worker))
 
 
 def _forget_database(prefix: str) -> None:

@@ -1,4 +1,5 @@
-"""Child processes the bench leaves running while it works (serving workers, peers' workers).
+"""Child processes the bench leaves running while it works (serving workers, peers' workers),
+and the ``runjobs`` command lines it starts.
 
 ``running(env, argv)`` starts ``python ARGV`` with the bench's environment, its output in a
 temporary file that error messages quote, and stops it on leaving the block. Children that run
@@ -7,6 +8,8 @@ to their end (burst workers) go through ``BenchEnv.run_child`` instead.
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +21,18 @@ from typing import TypeVar
 from bench.environment import ROOT, BenchEnv, BenchError
 
 T = TypeVar("T")
+
+# -v 0: kumiko_jobs and RQ log at WARNING, like the RQ baselines; bench/settings.py keeps the
+# worker's few per-process lines (banner, shutdown) at INFO, for the connection count.
+RUNJOBS = ("manage.py", "runjobs", "--lane", "worker", "--burst", "-v", "0")
+# A worker that keeps running (e.g. the quiet tenant's run is dispatched while it works).
+RUNJOBS_SERVING = tuple(arg for arg in RUNJOBS if arg != "--burst")
+_CONNECTIONS = re.compile(rb"database connections opened: (\d+)")
+
+
+def connections_opened(output: bytes) -> list[int]:
+    """The database connections each worker process opened, from its shutdown line(s)."""
+    return [int(found) for found in _CONNECTIONS.findall(output)]
 
 
 class Child:
@@ -52,6 +67,16 @@ class Child:
                 command = " ".join(self.argv)
                 raise BenchError(f"waited {timeout:.0f}s for {what}; {command} said:\n{self.tail()}")
             time.sleep(0.01)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP for the block, SIGCONT after: the child keeps its start-up, caches and
+        connections while the bench prepares its next piece of work."""
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
 
     def tail(self) -> str:
         self.output.seek(0)

@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from bench.children import RUNJOBS
 from bench.environment import BenchEnv
 from bench.results import Rate, Ratio
-from bench.worker_rate import RUNJOBS, run_ours
+from bench.worker_rate import run_ours
 
 HOOK_CALLS = 20_000
 

@@ -4,21 +4,20 @@ Two kinds of job, the same bodies on every system (bench/peers/stamps.py): trivi
 and 20 ms of I/O (``time.sleep(0.02)``). Per round and kind, each system gets its queue filled
 first, then one worker child:
 
-- runjobs: ``manage.py runjobs --lane worker --burst -v 0`` plus ``--threads 8`` where runjobs
-  has that option (checked with ``--help``); else one thread, and the row says so;
+- runjobs: ``manage.py runjobs --lane worker --burst -v 0 --processes 1 --threads 8``;
 - Dramatiq: ``python -m dramatiq bench.peers.dramatiq_tasks --processes 1 --threads 8``;
 - Celery: ``python -m celery -A bench.peers.celery_app worker --pool=threads --concurrency=8``;
 - rq SimpleWorker (20 ms jobs only): bench/rqworker.py, burst.
 
 The rate is jobs / (last end - first start) over the stamps the jobs push themselves (one RPUSH
-each, on every side alike), so start-up and shutdown are left out on every side. runjobs and
+each, on every side alike), so start-up and shutdown are left out on every side; runjobs' run
+records and SimpleWorker's job hashes give the same span as a cross-check. runjobs and
 SimpleWorker exit by themselves (burst); Dramatiq and Celery have no burst mode, so the bench
 waits (BLPOP) for the last job's stamp and then stops them with SIGTERM.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -39,9 +38,10 @@ TASKS: dict[str, Callable[[str, int, int], None]] = {"trivial": stamps.trivial, 
 DRAMATIQ = ("-m", "dramatiq", "bench.peers.dramatiq_tasks", "--processes", "1", "--threads", str(THREADS))
 DRAMATIQ_LABEL = f"Dramatiq 1x{THREADS}"
 CELERY_LABEL = f"Celery threads {THREADS}"
-# What runjobs gets to match the peers' 1 process x 8 threads, each option only once its
-# `--help` lists it (add ("--processes", "1") here when runjobs has that option).
-RUNJOBS_CONCURRENCY = (("--threads", str(THREADS)),)
+# runjobs as the peers run: 1 process x 8 threads.
+RUNJOBS_ARGS = ("--processes", "1", "--threads", str(THREADS))
+RUNJOBS_NAME = f"runjobs 1x{THREADS}"  # in ratio labels
+RUNJOBS_LABEL = f"{RUNJOBS_NAME} (--processes 1 --threads {THREADS})"  # in rate labels
 IO20_TARGET = 360.0  # jobs/s of 20 ms jobs on 8 threads: 90 % of the ideal 400
 
 
@@ -58,20 +58,11 @@ QUICK = PeerSizes(trivial=80, io20=64, io20_serial=16, rounds=1)
 
 
 @dataclass(frozen=True)
-class Ours:
-    """How runjobs runs in this section: the extra arguments it takes today, and its names."""
-
-    args: tuple[str, ...]
-    threads: int
-    name: str  # in ratio labels
-    label: str  # in rate labels, with the reason when it is not 1 x 8
-
-
-@dataclass(frozen=True)
 class PeerRound:
     busy: float  # first start to last end over the jobs' stamps
     wall: float  # child process start to exit
-    hashes: float | None = None  # first started_at to last ended_at over the job hashes (RQ, runjobs)
+    recorded: float | None = None  # the same span from runjobs' run records or RQ's job hashes
+    connections: tuple[int, ...] = ()  # database connections the runjobs process opened
 
 
 def peer_versions() -> str:
@@ -86,28 +77,6 @@ def peer_versions() -> str:
             "or run `.venv/bin/python -m pip install -r requirements.txt -r bench/requirements-peers.txt` "
             "(or run other sections only, e.g. --only workers)"
         ) from None
-
-
-def runjobs_concurrency(env: BenchEnv) -> Ours:
-    """1 process x 8 threads like the peers where runjobs has ``--threads``; else one thread."""
-    return concurrency_from_help(
-        env.run_child(("manage.py", "runjobs", "--help"), timeout=60).stdout.decode()
-    )
-
-
-def concurrency_from_help(help_text: str) -> Ours:
-    # An option shows in the usage line and the options list, as "--threads N" or "-t N, --threads N".
-    offered = [
-        (flag, value)
-        for flag, value in RUNJOBS_CONCURRENCY
-        if re.search(rf"(?<![\w-]){re.escape(flag)}\b", help_text)
-    ]
-    threads = int(dict(offered).get("--threads", "1"))
-    args = tuple(arg for pair in offered for arg in pair)
-    if threads > 1:
-        name = f"runjobs 1x{threads}"
-        return Ours(args, threads, name, name)
-    return Ours(args, 1, "runjobs 1 thread", "runjobs (1 thread: --threads not available yet)")
 
 
 def stamp_seconds(client: redis.Redis, key: str, count: int) -> float:
@@ -138,7 +107,7 @@ def _key(env: BenchEnv, side: str, kind: str, tag: str) -> str:
     return f"{env.prefix}:peers:{side}:{kind}:{tag}"
 
 
-def run_runjobs(env: BenchEnv, ours: Ours, kind: str, count: int, tag: str) -> PeerRound:
+def run_runjobs(env: BenchEnv, kind: str, count: int, tag: str) -> PeerRound:
     key = _key(env, "runjobs", kind, tag)
     result = run_ours(
         env,
@@ -146,9 +115,9 @@ def run_runjobs(env: BenchEnv, ours: Ours, kind: str, count: int, tag: str) -> P
         f"peers_{kind}_{tag}",
         job=f"bench.{kind}",
         payload={"stamps": key, "expected": count},
-        extra_args=ours.args,
+        extra_args=RUNJOBS_ARGS,
     )
-    return PeerRound(stamp_seconds(env.client, key, count), result.wall, result.busy)
+    return PeerRound(stamp_seconds(env.client, key, count), result.wall, result.busy, result.connections)
 
 
 def run_simple(env: BenchEnv, kind: str, count: int, tag: str) -> PeerRound:
@@ -208,18 +177,15 @@ Runner = Callable[[str], PeerRound]  # round tag -> its result
 
 def measure_peers(env: BenchEnv, sizes: PeerSizes, console: Console) -> tuple[list[Rate], list[Ratio], str]:
     """Rounds rotate the order of the sides within each kind; each rate is the median round's."""
-    ours = runjobs_concurrency(env)
-    io20_ours = sizes.io20 if ours.threads > 1 else sizes.io20_serial
     console.log(
         f"peers: {sizes.rounds} rounds of {sizes.trivial} trivial jobs and {sizes.io20} 20 ms jobs "
-        f"({io20_ours} for {ours.name}, {sizes.io20_serial} for SimpleWorker) per side"
+        f"({sizes.io20_serial} for SimpleWorker) per side"
     )
     sides: dict[str, list[tuple[Rate, Runner]]] = {}
     for kind, kind_label in KINDS.items():
         count = sizes.trivial if kind == "trivial" else sizes.io20
-        own = sizes.trivial if kind == "trivial" else io20_ours
         sides[kind] = [
-            (Rate(f"{kind_label}: {ours.label}", own), _bind(run_runjobs, env, ours, kind, own)),
+            (Rate(f"{kind_label}: {RUNJOBS_LABEL}", count), _bind(run_runjobs, env, kind, count)),
             (Rate(f"{kind_label}: {DRAMATIQ_LABEL}", count), _bind(run_dramatiq, env, kind, count)),
             (Rate(f"{kind_label}: {CELERY_LABEL}", count), _bind(run_celery, env, kind, count)),
         ]
@@ -244,19 +210,20 @@ def measure_peers(env: BenchEnv, sizes: PeerSizes, console: Console) -> tuple[li
     (trivial_ours, trivial_dramatiq, trivial_celery) = rates["trivial"]
     (io_ours, io_dramatiq, io_celery, io_simple) = rates["io20"]
     ratios = [
-        Ratio(f"trivial: {ours.name} / {DRAMATIQ_LABEL}", _ratio(trivial_ours, trivial_dramatiq), 1.0),
-        Ratio(f"trivial: {ours.name} / {CELERY_LABEL}", _ratio(trivial_ours, trivial_celery), 1.0),
-        Ratio(f"20 ms: {ours.name} jobs/s", io_ours.per_second, IO20_TARGET),
-        Ratio(f"20 ms: {ours.name} / {DRAMATIQ_LABEL}", _ratio(io_ours, io_dramatiq), 1.0),
-        Ratio(f"20 ms: {ours.name} / {CELERY_LABEL}", _ratio(io_ours, io_celery), None),
-        Ratio(f"20 ms: {ours.name} / rq SimpleWorker", _ratio(io_ours, io_simple), None),
+        Ratio(f"trivial: {RUNJOBS_NAME} / {DRAMATIQ_LABEL}", _ratio(trivial_ours, trivial_dramatiq), 1.0),
+        Ratio(f"trivial: {RUNJOBS_NAME} / {CELERY_LABEL}", _ratio(trivial_ours, trivial_celery), 1.0),
+        Ratio(f"20 ms: {RUNJOBS_NAME} jobs/s", io_ours.per_second, IO20_TARGET),
+        Ratio(f"20 ms: {RUNJOBS_NAME} / {DRAMATIQ_LABEL}", _ratio(io_ours, io_dramatiq), 1.0),
+        Ratio(f"20 ms: {RUNJOBS_NAME} / {CELERY_LABEL}", _ratio(io_ours, io_celery), None),
+        Ratio(f"20 ms: {RUNJOBS_NAME} / rq SimpleWorker", _ratio(io_ours, io_simple), None),
     ]
     cost_us = stamp_cost(env.prefix) * 1e6
     note = (
         "Peers: each queue filled first, then one worker child; rate = jobs / (last end - first start) "
         f"over stamps the jobs push themselves, one RPUSH each on every side (~{cost_us:.0f} us a call "
-        "here); Dramatiq and Celery stopped (SIGTERM) once the last stamp is in; 'hashes' = the same "
-        "from the RQ job hashes' started_at/ended_at (runjobs, SimpleWorker)."
+        "here); Dramatiq and Celery stopped (SIGTERM) once the last stamp is in; 'records' = the same "
+        "span from runjobs' run records (started_at/finished_at), 'hashes' from SimpleWorker's job "
+        "hashes (started_at/ended_at)."
     )
     return [rate for kind_rates in rates.values() for rate in kind_rates], ratios, note
 
@@ -271,7 +238,10 @@ def _ratio(ours: Rate, other: Rate) -> float:
 
 def _note(rounds: list[PeerRound], jobs: int) -> str:
     wall = statistics.median(r.wall for r in rounds)
-    hashes = [r.hashes for r in rounds if r.hashes is not None]
-    if not hashes:  # a worker the bench stopped
+    recorded = [r.recorded for r in rounds if r.recorded is not None]
+    if not recorded:  # a worker the bench stopped
         return f"child wall {wall:.1f}s incl. start-up and stop"
-    return f"child wall {wall:.1f}s incl. start-up; hashes {jobs / statistics.median(hashes):,.0f}/s"
+    source = "records" if rounds[0].connections else "hashes"
+    text = f"child wall {wall:.1f}s incl. start-up; {source} {jobs / statistics.median(recorded):,.0f}/s"
+    opened = [n for r in rounds for n in r.connections]
+    return f"{text}; <= {max(opened)} db connections" if opened else text

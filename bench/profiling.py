@@ -10,10 +10,10 @@ ROWS = 25
 
 
 def loop_seconds(stats: pstats.Stats) -> float | None:
-    """Cumulative time of LaneWorker._loop: the job loop without start-up and shutdown."""
+    """Cumulative time of JobLoop.run: the job loop without start-up and shutdown."""
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, object]] = getattr(stats, "stats", {})
     for (filename, _line, name), (_cc, _nc, _tt, cumulative, _callers) in raw.items():
-        if name == "_loop" and filename.endswith("worker.py"):
+        if name == "run" and filename.endswith("job_loop.py"):
             return cumulative
     return None
 

@@ -26,10 +26,7 @@ def rate_rows(rates: list[Rate]) -> list[tuple[str, ...]]:
 
 
 def ratio_rows(ratios: list[Ratio]) -> list[tuple[str, ...]]:
-    return [
-        (r.label, f"{r.value:.2f}", "" if r.target is None else f">= {r.target:g}", _mark(r.met))
-        for r in ratios
-    ]
+    return [(r.label, r.shown, r.bound, _mark(r.met)) for r in ratios]
 
 
 def command_rows(counts: list[CommandCount], top: int = 8) -> list[tuple[str, ...]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -29,15 +30,28 @@ class Rate:
 
 @dataclass(frozen=True)
 class Ratio:
-    """``value`` against a lower bound ``target``; no target: shown for reference only."""
+    """``value`` against a lower bound ``target`` (an upper bound with ``at_most``); no target:
+    shown for reference only. Counts (``fmt="d"``) share the table with the ratios."""
 
     label: str
     value: float
     target: float | None
+    at_most: bool = False
+    fmt: str = ".2f"
 
     @property
     def met(self) -> bool | None:
-        return None if self.target is None else self.value >= self.target
+        if self.target is None:
+            return None
+        return self.value <= self.target if self.at_most else self.value >= self.target
+
+    @property
+    def bound(self) -> str:
+        return "" if self.target is None else f"{'<=' if self.at_most else '>='} {self.target:g}"
+
+    @property
+    def shown(self) -> str:
+        return format(int(self.value) if self.fmt == "d" else self.value, self.fmt)
 
 
 @dataclass(frozen=True)
@@ -86,3 +100,15 @@ class Report:
     console: list[Figure] = field(default_factory=list)
     schedules: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+def ms(seconds: float) -> str:
+    """Milliseconds, to 0.1 ms below 10 ms."""
+    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def rounds_range(seconds: Sequence[float], jobs: int) -> str:
+    """``; range slowest..fastest/s`` over rounds of ``jobs`` each; nothing for one round."""
+    if len(seconds) < 2:
+        return ""
+    return f"; range {jobs / max(seconds):,.0f}..{jobs / min(seconds):,.0f}/s"

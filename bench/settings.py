@@ -18,6 +18,20 @@ KUMIKO_JOBS = {**KUMIKO_JOBS, "ACTIVE_TENANTS": "bench.benchapp.tenants.active_t
 # DEBUG keeps every SQL statement in connection.queries: a per-job cost no deployment pays.
 DEBUG = False
 
+# runjobs -v 0 shows warnings only; the worker's own few lines per process (banner, shutdown
+# with "database connections opened: N", the supervisor's) stay visible, so the bench can
+# report the connections a worker opened. Per-attempt lines (kumiko_jobs.runs) stay off.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "kumiko_jobs": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
+        "kumiko_jobs.worker": {"level": "INFO"},
+    },
+}
+
 # The bench's own telemetry (bench/observability.py): none by default, so the other sections
 # measure kumiko_jobs with the OpenTelemetry API only (no SDK). KUMIKO_BENCH_OTEL in a child:
 # "sdk" installs the SDK's tracer and meter providers with no exporter (no span processor, no

@@ -1,14 +1,16 @@
-"""Worker side: ``runjobs --lane worker --burst`` against RQ's SimpleWorker and forking Worker.
+"""Worker side: ``runjobs --lane worker --burst`` against RQ's SimpleWorker and forking Worker,
+and ``runjobs --processes 2`` against ``--processes 1``.
 
-Each worker is a child process started on a queue filled beforehand. The rate is taken from
-the job hashes, which every system stamps the same way (RQ's ``started_at`` / ``ended_at``):
-jobs / (last ``ended_at`` - first ``started_at``). Interpreter start-up, Django set-up and
-worker registration fall before the first claim, so they are excluded; the child's wall time
-is reported next to it.
+Each worker is a child process started on a queue filled beforehand. The rate is jobs / (first
+start to last end): kumiko's from its run records, RQ's from its job hashes (bench/timing.py),
+so interpreter start-up, Django set-up and worker registration are excluded; the child's wall
+time is reported next to it, with the database connections each worker process opened (from
+its shutdown line).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,86 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
-from rq import Queue
-from rq.serializers import JSONSerializer
-from rq.utils import utcparse
-
-from bench.environment import BenchEnv, BenchError
+from bench.children import RUNJOBS, connections_opened
+from bench.environment import BenchEnv, BenchError, CpuMeter
+from bench.filling import fill, fill_lane, fill_rq_queue
 from bench.results import Rate
 from bench.rqtasks import noop
-
-ENQUEUE_BATCH = 500
-# -v 0: kumiko_jobs and RQ log at WARNING, like the RQ baselines.
-RUNJOBS = ("manage.py", "runjobs", "--lane", "worker", "--burst", "-v", "0")
-
-
-def fill_lane(env: BenchEnv, count: int, tag: str, job: str = "bench.noop", **payload: Any) -> list[str]:
-    """Queue ``count`` ``job`` runs through dispatch() (payload ``{"i": i, **payload}``): rows in
-    one transaction, pushes on commit."""
-    from django.db import transaction
-
-    from kumiko_jobs import dispatch
-
-    job_ids: list[str] = []
-    with transaction.atomic():
-        for i in range(count):
-            result = dispatch(
-                job, {"i": i, **payload}, tenant=env.tenant_id, correlation_id=f"{env.prefix}_{tag}"
-            )
-            job_ids.append(str(result.job_id))
-    return job_ids
-
-
-def fill_rq_queue(
-    client: redis.Redis, queue_name: str, count: int, func: Callable[..., None] = noop, *args: Any
-) -> list[str]:
-    """Queue ``count`` raw jobs ``func(*args, i)`` with enqueue_many (fast, so filling does not
-    dominate the run)."""
-    queue = Queue(queue_name, connection=client, serializer=JSONSerializer)
-    job_ids = [f"{queue_name}_{i}" for i in range(count)]
-    for start in range(0, count, ENQUEUE_BATCH):
-        batch = job_ids[start : start + ENQUEUE_BATCH]
-        with client.pipeline() as pipe:
-            queue.enqueue_many(
-                [
-                    Queue.prepare_data(func, (*args, start + n), job_id=job_id)
-                    for n, job_id in enumerate(batch)
-                ],
-                pipeline=pipe,
-            )
-            pipe.execute()
-    return job_ids
-
-
-def busy_seconds(client: redis.Redis, job_ids: Sequence[str]) -> float:
-    """First start to last end over the jobs' hashes; every job must have finished."""
-    with client.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.hmget(f"rq:job:{job_id}", "status", "started_at", "ended_at")
-        rows = pipe.execute()
-    unfinished = [
-        job_id for job_id, (status, _, _) in zip(job_ids, rows, strict=True) if status != b"finished"
-    ]
-    if unfinished:
-        raise BenchError(f"{len(unfinished)} of {len(job_ids)} jobs did not finish, e.g. {unfinished[:3]}")
-    starts = [utcparse(started.decode()) for _, started, _ in rows]
-    ends = [utcparse(ended.decode()) for _, _, ended in rows]
-    return (max(ends) - min(starts)).total_seconds()
-
-
-def recorded_busy_seconds(tag: str, count: int) -> float:
-    """First start to last finish over kumiko's run records (RESULT_TTL 0, the default, deletes a
-    succeeded job's hash at once; the record keeps the times): every run must have succeeded."""
-    from django.db.models import Count, Max, Min
-
-    from kumiko_jobs.models import JobRun, RunStatus
-
-    runs = JobRun.objects.filter(correlation_id=tag, status=RunStatus.SUCCEEDED)
-    span = runs.aggregate(first=Min("started_at"), last=Max("finished_at"), n=Count("pk"))
-    if span["n"] != count or span["first"] is None or span["last"] is None:
-        raise BenchError(f"runjobs finished {count} jobs but only {span['n']} JobRun rows say succeeded")
-    return float((span["last"] - span["first"]).total_seconds())
+from bench.timing import recorded_busy_seconds, rq_busy_seconds
 
 
 def _timeout(count: int, slowest_rate: float) -> float:
@@ -104,8 +32,10 @@ def _timeout(count: int, slowest_rate: float) -> float:
 
 @dataclass(frozen=True)
 class Round:
-    busy: float  # first started_at to last ended_at
+    busy: float  # first start to last end
     wall: float  # child process start to exit
+    connections: tuple[int, ...] = ()  # database connections each runjobs process opened
+    machine_busy: float | None = None  # cores the whole machine kept busy meanwhile
 
 
 def run_ours(
@@ -119,16 +49,34 @@ def run_ours(
     extra_args: Sequence[str] = (),
     child_env: Mapping[str, str] | None = None,
 ) -> Round:
-    """Fill the lane with ``count`` runs of ``job``, work them off with one burst ``runjobs``
-    (plus ``extra_args``, with ``child_env`` in its environment), check every run record says
-    succeeded."""
+    """Fill the lane with ``count`` runs of ``job`` through dispatch(), work them off with one
+    burst ``runjobs`` (plus ``extra_args``, with ``child_env`` in its environment), check every
+    run record says succeeded."""
     job_ids = fill_lane(env, count, tag, job, **(payload or {}))
+    return work_off(env, len(job_ids), tag, extra_args, profile, child_env)
+
+
+def work_off(
+    env: BenchEnv,
+    count: int,
+    tag: str,
+    extra_args: Sequence[str] = (),
+    profile: Path | None = None,
+    child_env: Mapping[str, str] | None = None,
+) -> Round:
+    """One burst ``runjobs`` (plus ``extra_args``, with ``child_env`` in its environment) on the
+    queued runs of correlation tag ``tag``; every worker process must report the connections it
+    opened."""
     runjobs = (*RUNJOBS, *extra_args)
     argv = runjobs if profile is None else ("-m", "cProfile", "-o", str(profile), *runjobs)
-    started = time.perf_counter()
-    env.run_child(argv, timeout=_timeout(count, 20), **(child_env or {}))
-    wall = time.perf_counter() - started
-    return Round(recorded_busy_seconds(f"{env.prefix}_{tag}", len(job_ids)), wall)
+    started, meter = time.perf_counter(), CpuMeter()
+    output = env.run_child(argv, timeout=_timeout(count, 20), **(child_env or {})).stdout
+    wall, machine_busy = time.perf_counter() - started, meter.busy()
+    connections = tuple(connections_opened(output))
+    if not connections:
+        raise BenchError(f"runjobs printed no shutdown line; its output:\n{output.decode()[-3000:]}")
+    busy = recorded_busy_seconds(f"{env.prefix}_{tag}", count)
+    return Round(busy, wall, connections, machine_busy)
 
 
 def run_rq(
@@ -146,15 +94,23 @@ def run_rq(
         ("-m", "bench.rqworker", kind, queue_name, f"{queue_name}_worker"), timeout=_timeout(count, 5)
     )
     wall = time.perf_counter() - started
-    return Round(busy_seconds(client, job_ids), wall)
+    return Round(rq_busy_seconds(client, job_ids), wall)
 
 
-def measure_workers(env: BenchEnv, count: int, fork_count: int, rounds: int) -> tuple[Rate, Rate, Rate]:
+@dataclass(frozen=True)
+class Workers:
+    ours: Rate
+    simple: Rate
+    fork: Rate
+    connections: int  # the most database connections runjobs opened in one round
+
+
+def measure_workers(env: BenchEnv, count: int, fork_count: int, rounds: int) -> Workers:
     """Rounds rotate the order of the three workers; each rate is the median round's."""
     ours = Rate("runjobs --lane worker", count)
     simple = Rate("rq SimpleWorker", count)
     fork = Rate("rq Worker (fork per job)", fork_count)
-    walls: dict[str, list[float]] = {rate.label: [] for rate in (ours, simple, fork)}
+    results: dict[str, list[Round]] = {rate.label: [] for rate in (ours, simple, fork)}
     sides: list[tuple[Rate, Callable[[str], Round]]] = [
         (ours, lambda tag: run_ours(env, count, tag)),
         (simple, lambda tag: run_rq(env, count, "simple", tag)),
@@ -165,8 +121,43 @@ def measure_workers(env: BenchEnv, count: int, fork_count: int, rounds: int) -> 
         for rate, run in sides[shift:] + sides[:shift]:
             result = run(f"r{number}")
             rate.seconds.append(result.busy)
-            walls[rate.label].append(result.wall)
+            results[rate.label].append(result)
     for rate in (ours, simple, fork):
-        rate.note = f"child wall {statistics.median(walls[rate.label]):.1f}s incl. start-up"
+        rate.note = note(results[rate.label])
     ours.note = "records on; " + ours.note
-    return ours, simple, fork
+    connections = max(n for result in results[ours.label] for n in result.connections)
+    return Workers(ours, simple, fork, connections)
+
+
+def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rate]:
+    """``runjobs --processes 1`` and ``--processes 2`` (the supervisor and its two children,
+    each exiting when the lane is empty) on the same ``count`` trivial runs of one tenant,
+    pushed the fast way; rounds alternate which goes first, each rate is the median round's."""
+    rates = {processes: Rate(f"runjobs --processes {processes}", count) for processes in (1, 2)}
+    results: dict[int, list[Round]] = {processes: [] for processes in rates}
+    for number in range(rounds):
+        for processes in (1, 2) if number % 2 == 0 else (2, 1):
+            tag = f"p{processes}_r{number}"
+            fill(env.prefix, "bench.noop", [env.tenant_id] * count, tag=tag)
+            result = work_off(env, count, tag, ("--processes", str(processes)))
+            if len(result.connections) != processes:
+                raise BenchError(
+                    f"runjobs --processes {processes}: {len(result.connections)} worker processes "
+                    "reported their shutdown"
+                )
+            rates[processes].seconds.append(result.busy)
+            results[processes].append(result)
+    for processes, rate in rates.items():
+        rate.note = note(results[processes])
+        busy = [r.machine_busy for r in results[processes] if r.machine_busy is not None]
+        if busy:
+            rate.note += f"; machine busy {statistics.median(busy):.1f} of {os.cpu_count()} cores meanwhile"
+    return rates[1], rates[2]
+
+
+def note(rounds: Sequence[Round]) -> str:
+    """Child wall time (median round) and, for runjobs, the most database connections one of
+    its worker processes opened in any round."""
+    text = f"child wall {statistics.median(r.wall for r in rounds):.1f}s incl. start-up"
+    opened = [n for r in rounds for n in r.connections]
+    return f"{text}; <= {max(opened)} db connections per process" if opened else text

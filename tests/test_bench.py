@@ -20,48 +20,70 @@ from kumiko_jobs.conf import redis_url
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
+# The label cell of every row a --quick run must report (BENCHMARKS.md layout: one line a row).
 ROWS = (
+    "cpus (nproc)",
+    "redis-server",
+    "database",
+    "load average at end",
     "dispatch()",
     "rq Queue.enqueue",
     "runjobs --lane worker",
     "rq SimpleWorker",
     "rq Worker (fork per job)",
+    "runjobs --processes 1",
+    "runjobs --processes 2",
     "dispatch() / rq Queue.enqueue",
     "Task.enqueue()",
     "dispatch() (same run)",
     "Task.enqueue() / dispatch()",
     "runjobs / rq SimpleWorker",
     "runjobs / rq Worker (fork)",
+    "runjobs --processes 2 / --processes 1",
+    "runjobs (1 thread) db connections opened over 200 jobs",
     "dispatch() (enqueue side)",
-    "runjobs (worker side)",
-    "leader cost per tick (tz=tenant)",
-    "zone index rebuild",
-    "cpus (nproc)",
-    "redis-server",
-    "database",
+    "runjobs (worker side, per executed job)",
+    "runjobs (worker side, incl. start-up)",
+    "rq SimpleWorker",
+    "quiet tenant's start behind 1,000 runs of one tenant (runjobs)",
+    "quiet tenant's start behind 1,000 jobs of one tenant (rq SimpleWorker, FIFO)",
+    "quiet tenant's start behind 50 tenants x 5 runs (runjobs)",
+    "runjobs, 200 trivial jobs of 1 tenant",
+    "runjobs, 200 trivial jobs of 50 tenants x 4",
+    "fairness cost: 50-tenant rate / 1-tenant rate",
+    "dispatch() max_per_tenant=1000, empty lane",
+    "dispatch() max_per_tenant=1000, 2,000 runs of other tenants queued",
+    "time per dispatch: deep queue / empty lane",
+    "fan-out to 500 tenants (run_fan_out)",
+    "rq Queue.enqueue_many, 500 jobs",
+    "fan-out / enqueue_many",
+    "trivial: runjobs 1x8 (--processes 1 --threads 8)",
     "trivial: Dramatiq 1x8",
     "trivial: Celery threads 8",
+    "20 ms: runjobs 1x8 (--processes 1 --threads 8)",
     "20 ms: Dramatiq 1x8",
     "20 ms: Celery threads 8",
     "20 ms: rq SimpleWorker",
+    "trivial: runjobs 1x8 / Dramatiq 1x8",
+    "trivial: runjobs 1x8 / Celery threads 8",
+    "20 ms: runjobs 1x8 jobs/s",
+    "20 ms: runjobs 1x8 / Dramatiq 1x8",
+    "20 ms: runjobs 1x8 / Celery threads 8",
+    "20 ms: runjobs 1x8 / rq SimpleWorker",
+    "leader cost per tick (tz=tenant)",
+    "zone index rebuild",
     "runjobs, no OpenTelemetry SDK",
     "runjobs, SDK without exporter",
     "runjobs, SDK exporting",
     "runjobs CPU per job: without SDK / with SDK (no exporter)",
 )
-# runjobs' rows name its concurrency: 1x8 once it has --threads, else one thread, said so in
-# the rate rows (whose label cell ends there: "\s+│").
-RUNJOBS = r"runjobs (1x8|1 thread)"
-RUNJOBS_RATE = r"runjobs (1x8|\(1 thread: --threads not available yet\))\s+│"
-PEER_ROWS = (
-    rf"trivial: {RUNJOBS_RATE}",
-    rf"20 ms: {RUNJOBS_RATE}",
-    rf"trivial: {RUNJOBS} / Dramatiq 1x8 ",
-    rf"trivial: {RUNJOBS} / Celery threads 8 ",
-    rf"20 ms: {RUNJOBS} jobs/s ",
-    rf"20 ms: {RUNJOBS} / Dramatiq 1x8 ",
-    rf"20 ms: {RUNJOBS} / Celery threads 8 ",
-    rf"20 ms: {RUNJOBS} / rq SimpleWorker ",
+# Every runjobs rate row reports the database connections its worker processes opened.
+CONNECTION_ROWS = (
+    "runjobs --lane worker",
+    "runjobs --processes 1",
+    "runjobs --processes 2",
+    "trivial: runjobs 1x8 (--processes 1 --threads 8)",
+    "20 ms: runjobs 1x8 (--processes 1 --threads 8)",
 )
 # Where Dramatiq and Celery put their keys by default: the bench must have namespaced them all.
 PEER_DEFAULT_KEYS = ("dramatiq:*", "celery*", "_kombu.*", "unacked*")
@@ -71,13 +93,29 @@ def _peer_default_keys(client: redis.Redis) -> set[bytes]:
     return {key for pattern in PEER_DEFAULT_KEYS for key in client.scan_iter(match=pattern, count=1000)}
 
 
-def test_quick_bench_reports_every_row_and_cleans_up(kumiko_prefix: str, redis_client: redis.Redis) -> None:
+def _row(markdown: str, label: str) -> str | None:
+    found = re.search(rf"^\| {re.escape(label)} \|.*$", markdown, re.MULTILINE)
+    return found.group(0) if found else None
+
+
+def test_quick_bench_reports_every_row_and_cleans_up(
+    kumiko_prefix: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
     env = {**os.environ, "KUMIKO_REDIS_URL": redis_url()}
     foreign_before = _peer_default_keys(redis_client)
     # The bench migrates a temporary SQLite database of its own; the test database stays untouched.
     env.pop("DATABASE_URL", None)
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--prefix", kumiko_prefix],
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--prefix",
+            kumiko_prefix,
+            "--markdown",
+            str(tmp_path / "b.md"),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -86,30 +124,50 @@ def test_quick_bench_reports_every_row_and_cleans_up(kumiko_prefix: str, redis_c
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    missing = [row for row in ROWS if row not in result.stdout]
-    missing += [row for row in PEER_ROWS if not re.search(row, result.stdout)]
-    assert not missing, result.stdout
+    markdown = (tmp_path / "b.md").read_text()
+    missing = [label for label in ROWS if _row(markdown, label) is None]
+    missing += [
+        label
+        for label in CONNECTION_ROWS
+        if not re.search(r"<= \d+ db connections", _row(markdown, label) or "")
+    ]
+    assert not missing, markdown
     assert not list(redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
     assert _peer_default_keys(redis_client) - foreign_before == set()
 
 
-def test_runjobs_concurrency_follows_its_help_text() -> None:
-    from bench.peer_rates import concurrency_from_help
+def test_connections_opened_reads_every_shutdown_line() -> None:
+    from bench.children import connections_opened
 
-    current = subprocess.run(
-        [sys.executable, "manage.py", "runjobs", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    ours = concurrency_from_help(current)
-    if "--threads" in current:
-        assert (ours.args, ours.threads, ours.name) == (("--threads", "8"), 8, "runjobs 1x8")
-    else:
-        assert (ours.args, ours.threads) == ((), 1)
-        assert ours.label == "runjobs (1 thread: --threads not available yet)"
-    threaded = concurrency_from_help(current + "\n  -t N, --threads N   Threads per process.\n")
-    assert (threaded.args, threaded.threads, threaded.label) == (("--threads", "8"), 8, "runjobs 1x8")
-    assert concurrency_from_help("  --no-threads   Never.\n").threads == 1
+    output = (
+        b"... worker a-p1 stopped after 10 jobs {'succeeded': 10}; database connections opened: 1\n"
+        b"... worker a-p2 stopped after 0 jobs {}; database connections opened: 12\n"
+    )
+    assert connections_opened(output) == [1, 12]
+    assert connections_opened(b"no shutdown line") == []
+
+
+def test_commands_per_executed_job_subtract_the_empty_lane_run() -> None:
+    from bench.command_counts import TARGET_PER_JOB, per_executed_job
+    from bench.results import CommandCount
+
+    run = CommandCount(
+        "run", 200, total=2030, scripts=202, top=[("evalsha", 202), ("del", 200), ("zadd", 2), ("hello", 3)]
+    )
+    fixed = CommandCount(
+        "empty", 1, total=30, scripts=2, top=[("evalsha", 2), ("hello", 3), ("sadd", 1), ("lrem", 3)]
+    )
+    per_job = per_executed_job(run, fixed, "per executed job")
+    assert (per_job.total, per_job.scripts, per_job.jobs) == (2000, 200, 200)
+    # Differences under one call per 100 jobs (sadd -1) are not listed; the total keeps them.
+    assert per_job.top == [("evalsha", 200), ("del", 200), ("zadd", 2), ("lrem", -3)]
+    assert (per_job.per_job, per_job.target, per_job.met) == (10.0, TARGET_PER_JOB, True)
+
+
+def test_upper_bound_ratios_and_counts() -> None:
+    from bench.results import Ratio
+
+    connections = Ratio("connections", 3, 2, at_most=True, fmt="d")
+    assert (connections.shown, connections.bound, connections.met) == ("3", "<= 2", False)
+    scaling = Ratio("scaling", 1.62, 1.5)
+    assert (scaling.shown, scaling.bound, scaling.met) == ("1.62", ">= 1.5", True)

@@ -1,0 +1,81 @@
+"""Where the bench's seconds come from: kumiko's run records, RQ's job hashes.
+
+kumiko deletes a succeeded job's hash at once (RESULT_TTL 0, the default), so its side is read
+from the ``JobRun`` rows (``started_at`` is the claim, ``finished_at`` the end of the attempt);
+RQ keeps its hashes (``started_at`` / ``ended_at``), so the baselines are read from those. Both
+stamp the same moments, so first start to last end means the same on either side, and
+interpreter start-up, Django set-up and worker registration fall outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+from rq.utils import utcparse
+
+from bench.environment import BenchError
+
+
+def recorded_busy_seconds(tag: str, count: int) -> float:
+    """First start to last finish over the runs of correlation id ``tag``; all ``count`` of
+    them must have succeeded."""
+    from django.db.models import Count, Max, Min
+
+    from kumiko_jobs.models import JobRun, RunStatus
+
+    runs = JobRun.objects.filter(correlation_id=tag, status=RunStatus.SUCCEEDED)
+    span = runs.aggregate(first=Min("started_at"), last=Max("finished_at"), n=Count("pk"))
+    if span["n"] != count or span["first"] is None or span["last"] is None:
+        raise BenchError(f"runjobs finished {count} jobs but only {span['n']} JobRun rows say succeeded")
+    return float((span["last"] - span["first"]).total_seconds())
+
+
+def recorded_start(job_id: str) -> float | None:
+    """When kumiko started a run (its claim), from its record; None: not started yet."""
+    from kumiko_jobs.models import JobRun
+
+    started = JobRun.objects.filter(job_id=job_id).values_list("started_at", flat=True).first()
+    return started.timestamp() if started else None
+
+
+def recorded_starts(job_ids: Sequence[str]) -> list[float]:
+    """Start times of those of these runs that started, from their records."""
+    from kumiko_jobs.models import JobRun
+
+    starts: list[float] = []
+    for at in range(0, len(job_ids), 1000):
+        chunk = JobRun.objects.filter(job_id__in=job_ids[at : at + 1000], started_at__isnull=False)
+        starts += [started.timestamp() for started in chunk.values_list("started_at", flat=True) if started]
+    return starts
+
+
+def succeeded_runs() -> int:
+    """Runs of the bench database that succeeded so far (a worker's progress, read without Redis)."""
+    from kumiko_jobs.models import JobRun, RunStatus
+
+    return JobRun.objects.filter(status=RunStatus.SUCCEEDED).count()
+
+
+def rq_busy_seconds(client: redis.Redis, job_ids: Sequence[str]) -> float:
+    """First ``started_at`` to last ``ended_at`` over RQ job hashes; every job must have finished."""
+    with client.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(f"rq:job:{job_id}", "status", "started_at", "ended_at")
+        rows = pipe.execute()
+    unfinished = [
+        job_id for job_id, (status, _, _) in zip(job_ids, rows, strict=True) if status != b"finished"
+    ]
+    if unfinished:
+        raise BenchError(f"{len(unfinished)} of {len(job_ids)} jobs did not finish, e.g. {unfinished[:3]}")
+    starts = [utcparse(started.decode()) for _, started, _ in rows]
+    ends = [utcparse(ended.decode()) for _, _, ended in rows]
+    return (max(ends) - min(starts)).total_seconds()
+
+
+def rq_started_at(client: redis.Redis, job_id: str) -> float | None:
+    """When an RQ worker started this job, from its hash; None: not started yet."""
+    raw = client.hget(f"rq:job:{job_id}", "started_at")
+    if not raw:
+        return None
+    return utcparse(raw.decode() if isinstance(raw, bytes) else raw).timestamp()
