@@ -35,4 +35,4 @@ def tenant_timezone(tenant_id: object) -> str:
 
 def many() -> range:
     """Enough tenants that a fan-out batch records its children with COPY (run_rows.COPY_FROM)."""
-    return range(1000, 1150)
+    return range(1000, 1150)  # 150 children
