@@ -126,29 +126,25 @@ def _announce(signal: Signal, meta: JobMeta, job_id: str, status: str, **extra: 
     if not _listened(signal, meta.job_name):
         return
     error = extra.pop("error", None)
-    info = RunInfo(
-        run_id=meta.run_id,
-        job_id=job_id,
-        job_name=meta.job_name,
-        tenant_id=meta.tenant_id,
-        attempt=meta.attempt,
-        final_attempt=meta.attempt >= meta.max_attempts,
-        lane=meta.lane,
-        status=str(status),
-        error=error,
-    )
+    info = _info(meta.run_id, job_id, meta, status, error)
     _send(signal, info, **extra)
 
 
-def _info_of_row(row: JobRun | RunRow, status: str, error: str | None = None) -> RunInfo:
+def _info_of_row(row: JobRun | RunRow, status: str) -> RunInfo:
+    return _info(str(row.id), row.job_id, row, status)
+
+
+def _info(
+    run_id: str, job_id: str, run: JobMeta | JobRun | RunRow, status: str, error: str | None = None
+) -> RunInfo:
     return RunInfo(
-        run_id=str(row.id),
-        job_id=row.job_id,
-        job_name=row.job_name,
-        tenant_id=row.tenant_id,
-        attempt=row.attempt,
-        final_attempt=row.attempt >= row.max_attempts,
-        lane=row.lane,
+        run_id=run_id,
+        job_id=job_id,
+        job_name=run.job_name,
+        tenant_id=run.tenant_id,
+        attempt=run.attempt,
+        final_attempt=run.attempt >= run.max_attempts,
+        lane=run.lane,
         status=str(status),
         error=error,
     )

@@ -9,6 +9,7 @@ querysets, object lookups, allowed filter lookups and actions, not only in what 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from django.core.exceptions import ValidationError
@@ -26,6 +27,26 @@ STAFF_RUN_FIELDS = (*TENANT_RUN_FIELDS, "tenant_id")
 
 def is_operator(request: HttpRequest) -> bool:
     return bool(getattr(request.user, "is_superuser", False))
+
+
+class OperatorPage:
+    """Permissions of a page only operators open and nobody edits through (the overview, the job
+    catalog): put it before ``ModelAdmin`` in the bases."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_operator(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_operator(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 def staff_tenant_id(request: HttpRequest) -> str | None:

@@ -8,7 +8,7 @@ import inspect
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 from django.contrib import admin, messages
@@ -18,7 +18,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from kumiko_jobs import lane_stats
-from kumiko_jobs.admin.access import is_operator
+from kumiko_jobs.admin.access import OperatorPage
 from kumiko_jobs.admin.run_columns import run_url, runs_url
 from kumiko_jobs.admin.trigger_form import TriggerForm
 from kumiko_jobs.catalog import job_catalog
@@ -78,7 +78,7 @@ else:
 
 
 @admin.register(JobCatalog)
-class JobCatalogAdmin(_ModelAdmin):
+class JobCatalogAdmin(OperatorPage, _ModelAdmin):
     """The catalog in place of a change list, and ``trigger/<job name>/``."""
 
     def get_urls(self) -> list[URLPattern]:
@@ -138,21 +138,6 @@ class JobCatalogAdmin(_ModelAdmin):
             "form": form,
         }
         return TemplateResponse(request, "admin/kumiko_jobs/trigger.html", context)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_operator(request)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_operator(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 def _trigger_url(name: str) -> str:

@@ -18,7 +18,7 @@ from django.urls import URLPattern, path
 from django.utils.safestring import SafeString
 
 from kumiko_jobs import lane_stats
-from kumiko_jobs.admin.access import is_operator, tenant_names
+from kumiko_jobs.admin.access import OperatorPage, tenant_names
 from kumiko_jobs.admin.chart import outcome_chart
 from kumiko_jobs.admin.run_columns import runs_url
 from kumiko_jobs.conf import redis_url
@@ -135,7 +135,7 @@ else:
 
 
 @admin.register(ConsoleOverview)
-class ConsoleOverviewAdmin(_ModelAdmin):
+class ConsoleOverviewAdmin(OperatorPage, _ModelAdmin):
     """The overview page in place of a change list (the proxy model gives it a place in the index)."""
 
     def get_urls(self) -> list[URLPattern]:
@@ -162,18 +162,3 @@ class ConsoleOverviewAdmin(_ModelAdmin):
         except redis.RedisError as exc:
             context["redis_error"] = f"Redis at {redis_url()} did not answer: {exc}"
         return TemplateResponse(request, "admin/kumiko_jobs/overview.html", context)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_operator(request)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_operator(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

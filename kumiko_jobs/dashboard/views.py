@@ -12,7 +12,7 @@ behind kumiko's reaper (no retry, no record, limits never released).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC
 from importlib.util import find_spec
 from typing import Any
@@ -79,18 +79,21 @@ def delete_job(request: HttpRequest, queue_index: int, job_id: str) -> HttpRespo
 
 @never_cache
 def requeue_job(request: HttpRequest, queue_index: int, job_id: str) -> HttpResponse:
-    queue = get_queue_by_index(queue_index)
-    if request.method != "POST" or lane_of(queue.name) is None:
-        return rq_views.requeue_job_view(request, queue_index, job_id)
-    _requeue(request, [job_id])
-    return redirect(rq_views.rq_viewname(request, "job_detail"), queue_index, job_id)
+    return _requeue_one(request, queue_index, job_id, rq_views.requeue_job_view)
 
 
 @never_cache
 def enqueue_job(request: HttpRequest, queue_index: int, job_id: str) -> HttpResponse:
+    # django-rq's "enqueue" (of a scheduled or deferred job) is a requeue for a lane job.
+    return _requeue_one(request, queue_index, job_id, rq_views.enqueue_job)
+
+
+def _requeue_one(
+    request: HttpRequest, queue_index: int, job_id: str, rq_view: Callable[..., HttpResponse]
+) -> HttpResponse:
     queue = get_queue_by_index(queue_index)
     if request.method != "POST" or lane_of(queue.name) is None:
-        return rq_views.enqueue_job(request, queue_index, job_id)
+        return rq_view(request, queue_index, job_id)
     _requeue(request, [job_id])
     return redirect(rq_views.rq_viewname(request, "job_detail"), queue_index, job_id)
 
