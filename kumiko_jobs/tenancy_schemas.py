@@ -5,6 +5,10 @@ install the extra: ``pip install kumiko_jobs[tenants]``. Tenant-less runs use th
 Tenant ids are the tenant model's primary keys (what ``ACTIVE_TENANTS`` returns and
 ``dispatch(tenant=...)`` takes); kumiko_jobs belongs in ``SHARED_APPS`` only, so its run records
 stay in the public schema whichever schema a handler runs in.
+
+Known gap: an ``async def`` handler's ORM calls run on its job thread's database thread
+(async_handlers.py), whose connection this activator does not switch: they use the public
+schema (tests/integration/test_tenancy_schemas_e2e.py keeps it as a strict xfail).
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def manage(env: dict[str, str], *args: str) -> str:
         timeout=120,
     )  # fmt: skip
     if done.returncode != 0:
-        raise AssertionError(f"manage.py {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        output = done.stdout + done.stderr
+        raise AssertionError(f"manage.py {' '.join(args)} exited {done.returncode}:\n{output}")
     return done.stdout
 
 

@@ -2,7 +2,7 @@
 
 import os
 
-SECRET_KEY = "django-insecure-kumiko-jobs-tenants-test-only"  # noqa: S105 - a test project
+SECRET_KEY = "django-insecure-kumiko-jobs-tenants-test-only"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
