@@ -28,11 +28,13 @@ import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext
 
 from kumiko_jobs.exceptions import JobTimeout
+from kumiko_jobs.tenancy import current_tenant_id, get_activator
 
 _local = threading.local()
 _threads: list[_JobThread] = []
@@ -40,16 +42,48 @@ _threads_lock = threading.Lock()
 
 
 class _DatabaseThread(ThreadPoolExecutor):
-    """The thread a job's ``sync_to_async`` calls run on; remembers whether it was used."""
+    """The thread a job's ``sync_to_async`` calls run on; remembers whether it was used.
+
+    The job's tenant activator is entered on it before the job's first call there: an activator
+    may switch the connection itself (django-tenants sets the schema of the thread's
+    connection), and this thread has a connection of its own. Jobs that never touch it pay
+    nothing."""
 
     def __init__(self, owner: str) -> None:
         super().__init__(max_workers=1, thread_name_prefix=f"kumiko-db-{owner}")
         self.used = False  # since the last tidy
         self.started = False
+        self._activation: AbstractContextManager[Any] | None = None
+        self._active: tuple[contextvars.Context, ExitStack] | None = None
+
+    def activate_on_first_use(self, activation: AbstractContextManager[Any]) -> None:
+        self._activation = activation
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         self.used = self.started = True
-        return super().submit(fn, *args, **kwargs)
+        activation, self._activation = self._activation, None
+        if activation is None:
+            return super().submit(fn, *args, **kwargs)
+        # One task: if the activator raises (a tenant that is gone), the call fails with it and
+        # nothing runs outside the tenant's schema.
+        return super().submit(self._activate_then, activation, fn, *args, **kwargs)
+
+    def deactivate(self) -> None:
+        """Leave the job's activator (after its last call here, before the next job)."""
+        self._activation = None
+        if self._active is not None:
+            context, stack = self._active
+            self._active = None
+            # Left in the context it was entered in: a context variable's reset needs it.
+            super().submit(context.run, stack.close).result()
+
+    def _activate_then(
+        self, activation: AbstractContextManager[Any], fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        context, stack = contextvars.copy_context(), ExitStack()
+        context.run(stack.enter_context, activation)
+        self._active = (context, stack)
+        return fn(*args, **kwargs)
 
 
 class _JobThread:
@@ -85,12 +119,14 @@ def run_coroutine(
         )
     job_thread = _this_thread()
     job = _job(func, args, kwargs or {}, timeout, job_name, job_thread.database)
+    job_thread.database.activate_on_first_use(get_activator()(current_tenant_id()))
     try:
         return job_thread.runner.run(job, context=contextvars.copy_context())
     except asyncio.CancelledError as exc:
         # Cancelled from inside (not by our timeout): a failed attempt, never a dead worker.
         raise RuntimeError(f"The async handler of {job_name!r} was cancelled.") from exc
     finally:
+        job_thread.database.deactivate()
         if job_thread.database.used:
             from kumiko_jobs.db_connections import tidy_after_job
 

@@ -20,24 +20,27 @@ caps, retries, the admin, crash repair.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.core.checks import CheckMessage
 from django.db import router, transaction
-from django.tasks import TaskResult, TaskResultStatus
+from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from kumiko_jobs.models import JobRun
+from kumiko_jobs.registry import registry
 from kumiko_jobs.task_class import KumikoTask
-from kumiko_jobs.task_jobs import QUEUE_LANES, definition_for, envelope, lane_of, register_task
+from kumiko_jobs.task_jobs import QUEUE_LANES, definition_for, lane_of, register_task
+from kumiko_jobs.task_payloads import envelope
 
-if TYPE_CHECKING:
-    from django.tasks import Task
+logger = logging.getLogger("kumiko_jobs")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -135,3 +138,22 @@ class KumikoTaskBackend(BaseTaskBackend):
 
     def _announce(self, result: TaskResult[Any, Any]) -> None:
         task_enqueued.send(type(self), task_result=result)
+
+
+def import_task(name: str) -> None:
+    """Registry resolver: import the task called ``name`` (its module registers it)."""
+    if "." not in name:
+        return
+    try:
+        found = import_string(name)
+    except ImportError:
+        return
+    except Exception:  # a broken module must not take the worker down: the run is "unknown"
+        logger.exception("kumiko_jobs: importing %s to find a Django task failed", name)
+        return
+    if isinstance(found, Task) and found.module_path == name:
+        if isinstance(found.get_backend(), KumikoTaskBackend):
+            register_task(found)
+
+
+registry.add_resolver(import_task)

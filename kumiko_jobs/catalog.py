@@ -18,6 +18,7 @@ from kumiko_jobs.scheduling import zones
 from kumiko_jobs.scheduling.cronmath import as_utc, next_tick
 from kumiko_jobs.scheduling.cronmath import zone as zone_info
 from kumiko_jobs.scheduling.specs import trigger_labels
+from kumiko_jobs.tenancy import active_tenant_ids
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -82,8 +83,6 @@ def zones_in_use() -> list[str]:
     index = zones.current_index(get_redis(), get_keys())
     if index is not None:
         return sorted(index.zones)
-    from kumiko_jobs.fanout import active_tenant_ids
-
     try:
         return sorted(zones.zones_of_tenants(active_tenant_ids()))
     except Exception as exc:  # the user's tenant source: report, do not crash the listing

@@ -31,7 +31,7 @@ from kumiko_jobs.models import JobRun
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
-from kumiko_jobs.task_jobs import task_priority
+from kumiko_jobs.task_payloads import task_priority
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
 from kumiko_jobs.tenant_history import is_tenant_visible, subject_of
 from kumiko_jobs.validation import (

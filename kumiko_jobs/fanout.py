@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from kumiko_jobs import outcomes, records, run_events
-from kumiko_jobs.conf import import_setting
+from kumiko_jobs import outcomes, records, run_events, tenancy
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.dispatching import encode, prepare
 from kumiko_jobs.exceptions import QueueUnavailable
@@ -40,16 +39,6 @@ def child_job_id(wrapper_job_id: str, tenant_id: str) -> str:
     return f"{wrapper_job_id}-t-{part}"
 
 
-def active_tenant_ids() -> Iterable[Any]:
-    source = import_setting("ACTIVE_TENANTS")
-    if source is None:
-        raise RuntimeError(
-            "per_tenant jobs need KUMIKO_JOBS['ACTIVE_TENANTS']: the dotted path of a function "
-            "returning the active tenant ids."
-        )
-    return source()  # type: ignore[no-any-return]
-
-
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -70,7 +59,7 @@ def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
     try:
         total = 0
         # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.
-        tenants = tenants_in_zone(meta.zone) if meta.zone else active_tenant_ids()
+        tenants = tenants_in_zone(meta.zone) if meta.zone else tenancy.active_tenant_ids()
         for batch in _batches(tenants, BATCH):
             total += _enqueue_batch(definition, job_id, meta, payload, [str(t) for t in batch])
     except Exception as exc:

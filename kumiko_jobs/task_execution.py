@@ -29,7 +29,7 @@ from django.utils.json import normalize_json
 from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import InvalidPayload
-from kumiko_jobs.task_jobs import decode_call
+from kumiko_jobs.task_payloads import decode_call
 from kumiko_jobs.timeouts import enforce_timeout
 from kumiko_jobs.validation import validate_payload
 

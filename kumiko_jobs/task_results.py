@@ -26,7 +26,7 @@ from kumiko_jobs.exceptions import TaskNotRun
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scrubbing import scrub
-from kumiko_jobs.task_jobs import decode_call
+from kumiko_jobs.task_payloads import decode_call
 
 if TYPE_CHECKING:
     AnyResult = TaskResult[..., Any]

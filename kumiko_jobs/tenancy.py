@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from functools import cache
 from typing import Any
@@ -68,6 +68,17 @@ def _django_scopes_scope() -> Callable[..., AbstractContextManager[Any]] | None:
 def get_activator() -> Activator:
     activator: Activator = import_setting("TENANT_ACTIVATOR")
     return activator
+
+
+def active_tenant_ids() -> Iterable[Any]:
+    """The tenants a per_tenant job fans out to (``KUMIKO_JOBS["ACTIVE_TENANTS"]``)."""
+    source = import_setting("ACTIVE_TENANTS")
+    if source is None:
+        raise RuntimeError(
+            "per_tenant jobs need KUMIKO_JOBS['ACTIVE_TENANTS']: the dotted path of a function "
+            "returning the active tenant ids."
+        )
+    return source()  # type: ignore[no-any-return]
 
 
 def tenant_model() -> type[models.Model] | None:

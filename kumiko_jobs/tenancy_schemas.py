@@ -6,9 +6,8 @@ Tenant ids are the tenant model's primary keys (what ``ACTIVE_TENANTS`` returns 
 ``dispatch(tenant=...)`` takes); kumiko_jobs belongs in ``SHARED_APPS`` only, so its run records
 stay in the public schema whichever schema a handler runs in.
 
-Known gap: an ``async def`` handler's ORM calls run on its job thread's database thread
-(async_handlers.py), whose connection this activator does not switch: they use the public
-schema (tests/integration/test_tenancy_schemas_e2e.py keeps it as a strict xfail).
+An ``async def`` handler's ORM calls run on its job thread's database thread, which has its own
+connection: async_handlers.py enters the activator there too, before the job's first call.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from kumiko_jobs.conf import import_setting
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.scheduling.cronmath import zone as zone_info
+from kumiko_jobs.tenancy import active_tenant_ids
 
 logger = logging.getLogger("kumiko_jobs")
 DEFAULT_ZONE = "UTC"
@@ -90,7 +91,6 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
 
 def rebuild_zone_index(client: redis.Redis | None = None, keys: Keys | None = None) -> ZoneIndex:
     """Read every active tenant's zone and install a new index generation."""
-    from kumiko_jobs.fanout import active_tenant_ids  # fanout reads this module: import late
 
     client, keys = client or get_redis(), keys or get_keys()
     groups = zones_of_tenants(active_tenant_ids())

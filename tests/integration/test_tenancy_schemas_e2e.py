@@ -195,13 +195,6 @@ def test_a_run_whose_tenant_was_deleted_fails_and_writes_nowhere(
     assert notes(database) == {schema: set() for schema in SCHEMAS}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known bug: an async handler's ORM calls run on the job thread's database thread "
-    "(kumiko_jobs/async_handlers.py), whose connection schema_activator does not switch, so they "
-    "write in the public schema. Remove this marker with the fix.",
-)
 def test_an_async_handler_writes_in_its_tenants_schema(
     project: tuple[str, dict[str, int]], env: dict[str, str], tmp_path: Path
 ) -> None:
