@@ -241,6 +241,21 @@ def _task_module(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _tenant_schemas(config: dict[str, Any]) -> Iterator[Problem]:
+    from django.conf import settings
+
+    tenant_apps = getattr(settings, "TENANT_APPS", None)  # django-tenants' per-schema apps
+    if isinstance(tenant_apps, list | tuple) and "kumiko_jobs" in tenant_apps:
+        yield (
+            "kumiko_jobs is in TENANT_APPS: its run records would be created in every tenant's "
+            "schema, while workers and the console read one set of them.",
+            "List kumiko_jobs in SHARED_APPS only (its tables live in the public schema); "
+            "TENANT_ACTIVATOR = 'kumiko_jobs.tenancy_schemas.schema_activator' runs each handler "
+            "in its tenant's schema.",
+            "E034",
+        )
+
+
 _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _queue_prefix,
     _hooks,
@@ -258,4 +273,5 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _scrubber,
     _log_job_lines,
     _task_module,
+    _tenant_schemas,
 )

@@ -80,3 +80,12 @@ def test_defaults_pass(settings: Any) -> None:
 def test_no_scrubber_and_logged_job_lines_pass(settings: Any) -> None:
     settings.KUMIKO_JOBS = {"SCRUBBER": None, "LOG_JOB_LINES": True}
     assert check_settings() == []
+
+
+def test_kumiko_jobs_in_django_tenants_tenant_apps_is_an_error(settings: Any) -> None:
+    settings.TENANT_APPS = ["notes", "kumiko_jobs"]
+    [message] = check_settings()
+    assert (message.id, isinstance(message, Error)) == ("kumiko_jobs.E034", True)
+    assert "TENANT_APPS" in message.msg and "SHARED_APPS only" in (message.hint or "")
+    settings.TENANT_APPS = ["notes"]
+    assert check_settings() == []
