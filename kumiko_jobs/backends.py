@@ -43,6 +43,7 @@ from kumiko_jobs.task_payloads import envelope
 logger = logging.getLogger("kumiko_jobs")
 
 P = ParamSpec("P")
+VALIDATED_TASKS = 1024
 R = TypeVar("R")
 
 
@@ -64,6 +65,24 @@ class KumikoTaskBackend(BaseTaskBackend):
             self.queues = set(QUEUE_LANES)
         elif isinstance(queues, list | tuple | set):
             self.queues = set(queues) | ({"default"} if "worker" in queues else set())
+        # Tasks enqueue() validated, with the feature flags they were validated under. A Task is
+        # frozen and changed settings make a new backend, so one that passed stays valid; this
+        # spares each enqueue ~10 us of ~650 us. Bounded: every .using(run_after=...) makes a
+        # new Task. validate_task() itself always checks (tests patch the flags).
+        self._validated: set[tuple[Task[..., Any], bool, bool, bool]] = set()
+
+    def _validate_for_enqueue(self, task: Task[..., Any]) -> None:
+        key = (task, self.supports_defer, self.supports_async_task, self.supports_priority)
+        try:
+            if key in self._validated:
+                return
+        except TypeError:  # an option value that cannot be hashed: validate every time
+            self.validate_task(task)
+            return
+        self.validate_task(task)
+        if len(self._validated) >= VALIDATED_TASKS:
+            self._validated.clear()
+        self._validated.add(key)
 
     def validate_task(self, task: Task[..., Any]) -> None:
         if task.run_after is not None and not isinstance(task.run_after, datetime):
@@ -86,7 +105,7 @@ class KumikoTaskBackend(BaseTaskBackend):
         from kumiko_jobs.tenancy import current_tenant_id, normalise_tenant
         from kumiko_jobs.validation import delay_seconds, validate_payload
 
-        self.validate_task(task)
+        self._validate_for_enqueue(task)
         run_id = uuid.uuid4()
         # Built first, as Django's backends do: arguments that are not JSON raise here, before
         # anything is written.

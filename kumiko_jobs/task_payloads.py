@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+# Django's defaults of the .using() options (django.tasks.base), spelled out so this module
+# imports nothing of django.tasks at run time.
+DEFAULT_TASK_PRIORITY = 0
+DEFAULT_TASK_QUEUE_NAME = "default"
+DEFAULT_TASK_BACKEND_ALIAS = "default"
+
 if TYPE_CHECKING:
     from django.tasks import Task
 
@@ -27,17 +33,19 @@ class TaskCall:
 
 def envelope(task: AnyTask, call: dict[str, Any], enqueued_at: datetime) -> dict[str, Any]:
     """The payload of a task's run: its arguments (``call``: ``{"args": [...], "kwargs": {...}}``,
-    already validated) and what ``.using()`` chose (valid by construction)."""
-    return {
-        **call,
-        "task": {
-            "priority": task.priority,
-            "queue_name": task.queue_name,
-            "backend": task.backend,
-            "run_after": task.run_after.isoformat() if task.run_after else None,
-            "enqueued_at": enqueued_at.isoformat(),
-        },
-    }
+    already validated) and what ``.using()`` chose (valid by construction). An option at
+    Django's default is left out (``decode_call`` reads it back as that default): every byte is
+    encoded, written to Redis and to the row of every run."""
+    options: dict[str, Any] = {"enqueued_at": enqueued_at.isoformat()}
+    if task.priority != DEFAULT_TASK_PRIORITY:
+        options["priority"] = task.priority
+    if task.queue_name != DEFAULT_TASK_QUEUE_NAME:
+        options["queue_name"] = task.queue_name
+    if task.backend != DEFAULT_TASK_BACKEND_ALIAS:
+        options["backend"] = task.backend
+    if task.run_after is not None:
+        options["run_after"] = task.run_after.isoformat()
+    return {**call, "task": options}
 
 
 def task_priority(payload: Mapping[str, Any]) -> int:
@@ -55,12 +63,12 @@ def decode_call(base: AnyTask, payload: Mapping[str, Any]) -> TaskCall:
         run_after = options.get("run_after")
         enqueued_at = options.get("enqueued_at")
         task = base.using(
-            priority=int(options["priority"]),
-            queue_name=str(options["queue_name"]),
-            backend=str(options["backend"]),
+            priority=int(options.get("priority", DEFAULT_TASK_PRIORITY)),
+            queue_name=str(options.get("queue_name", DEFAULT_TASK_QUEUE_NAME)),
+            backend=str(options.get("backend", DEFAULT_TASK_BACKEND_ALIAS)),
             run_after=datetime.fromisoformat(run_after) if run_after else None,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(
             f"the payload of a run of task {base.module_path!r} is not what KumikoTaskBackend.enqueue() "
             f"writes ({exc.__class__.__name__}: {exc}); enqueue tasks with .enqueue(), not dispatch()"

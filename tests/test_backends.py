@@ -214,3 +214,60 @@ def test_a_worker_finds_a_task_by_its_name_alone() -> None:
         "tests.testapp.lazy_tasks.lazy api tests.testapp.lazy_tasks.lazy",
         "None None",
     ]
+
+
+def test_options_at_djangos_defaults_stay_out_of_the_payload() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from kumiko_jobs.task_payloads import decode_call
+
+    later = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
+    plain = tasks.noop_task.enqueue()
+    chosen = tasks.noop_task.using(priority=3, queue_name="api", run_after=later).enqueue()
+    assert set(JobRun.objects.get(pk=plain.id).payload["task"]) == {"enqueued_at"}
+    assert set(JobRun.objects.get(pk=chosen.id).payload["task"]) == {
+        "enqueued_at",
+        "priority",
+        "queue_name",
+        "run_after",
+    }
+    for result in (plain, chosen):
+        again = default_task_backend.get_result(result.id)
+        assert (again.task.priority, again.task.queue_name, again.task.run_after) == (
+            result.task.priority,
+            result.task.queue_name,
+            result.task.run_after,
+        )
+    # A left-out option is Django's default, not the declared task's: .using(priority=0) of a
+    # task declared with priority 5 stays 0.
+    base = tasks.noop_task.using(priority=5)
+    stamp = timezone.now().isoformat()
+    trimmed = decode_call(base, {"args": [], "kwargs": {}, "task": {"enqueued_at": stamp}})
+    assert (trimmed.task.priority, trimmed.task.queue_name, trimmed.task.backend) == (0, "default", "default")
+    # Runs queued by an earlier version carry every option.
+    full = {"priority": 2, "queue_name": "api", "backend": "default", "run_after": None, "enqueued_at": stamp}
+    earlier = decode_call(base, {"args": [1], "kwargs": {}, "task": full})
+    assert (earlier.task.priority, earlier.task.queue_name, earlier.args) == (2, "api", [1])
+    with pytest.raises(ValueError, match=r"is not what KumikoTaskBackend\.enqueue"):
+        decode_call(base, {"args": [], "kwargs": {}, "task": ["not", "a", "dict"]})
+
+
+def test_enqueue_validates_a_task_once_unless_the_backends_flags_change() -> None:
+    from datetime import timedelta
+    from unittest import mock
+
+    from django.utils import timezone
+
+    task = tasks.noop_task.using(run_after=timezone.now() + timedelta(hours=1))
+    backend = task.get_backend()
+    with mock.patch.object(backend, "validate_task", wraps=backend.validate_task) as validate:
+        task.enqueue()
+        task.enqueue()
+    assert validate.call_count == 1  # a new Task (its own run_after): checked on its first enqueue only
+    with (
+        mock.patch.multiple(backend, supports_defer=False),
+        pytest.raises(InvalidTask, match="Backend does not support run_after"),
+    ):
+        task.enqueue()
