@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from bench.environment import BenchEnv, BenchError, delete_own_keys, delete_own_rows
+from bench.environment import BenchEnv, BenchError, delete_own_keys, delete_own_rows, vacuum_runs
 from bench.results import Figure
 
 TARGET_MS = 300.0
@@ -64,6 +64,7 @@ def measure_console(env: BenchEnv, rows: int, renders: int, console: Console) ->
     console.log("console: deleting the generated rows")
     delete_own_rows(env.prefix)
     delete_own_keys(env.client, env.prefix)
+    vacuum_runs()  # the sections after this one insert into the table these rows left
     return figures
 
 
