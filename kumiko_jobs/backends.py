@@ -43,8 +43,10 @@ from kumiko_jobs.task_payloads import envelope
 logger = logging.getLogger("kumiko_jobs")
 
 P = ParamSpec("P")
-VALIDATED_TASKS = 1024
 R = TypeVar("R")
+
+# How many validated (task, flags) pairs a backend remembers before it starts over.
+VALIDATED_TASKS = 1024
 
 
 class KumikoTaskBackend(BaseTaskBackend):
