@@ -58,3 +58,54 @@ def test_outer_timer_due_during_the_job_fires_and_the_job_timeout_still_holds(ou
             assert outer.fired == 1  # the outer deadline (0.3 s) passed inside the job
             time.sleep(1)
     assert outer.fired == 1
+
+
+def _busy_until(deadline: float) -> None:
+    while time.monotonic() < deadline:  # Python bytecode: an asynchronous exception lands here
+        pass
+
+
+def test_watchdog_stops_a_job_thread_whose_deadline_comes_before_the_others() -> None:
+    import threading
+
+    from kumiko_jobs.timeouts import Watchdog
+
+    watchdog = Watchdog()
+    watchdog.start()
+    release = threading.Event()
+
+    def long_job() -> None:
+        with watchdog.watch(30, "long"):
+            release.wait(10)
+
+    other = threading.Thread(target=long_job)
+    other.start()
+    time.sleep(0.05)  # the watchdog now sleeps until the long job's deadline, 30 s away
+    started = time.monotonic()
+    with pytest.raises(JobTimeout), watchdog.watch(0.2, "short"):
+        _busy_until(started + 5)
+    assert 0.2 <= time.monotonic() - started < 1.5
+    release.set()
+    other.join()
+
+
+def test_watchdog_is_not_woken_by_jobs_due_after_its_next_deadline() -> None:
+    from kumiko_jobs.timeouts import Watchdog
+
+    watchdog = Watchdog()
+    looked_at: list[str] = []
+    due = watchdog._due
+
+    def counting_due(ident: int, entry: object, now: float) -> float | None:
+        looked_at.append(getattr(entry, "job_name", ""))
+        return due(ident, entry, now)  # type: ignore[arg-type]
+
+    watchdog._due = counting_due  # type: ignore[method-assign]
+    watchdog.start()
+    with watchdog.watch(20, "first"):
+        time.sleep(0.05)  # woken once: the first deadline
+        for _ in range(200):  # each due after "first": none wakes the watchdog
+            with watchdog.watch(30, "quick"):
+                time.sleep(0)
+        time.sleep(0.05)
+    assert looked_at == ["first"]
