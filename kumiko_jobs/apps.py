@@ -16,7 +16,7 @@ class KumikoJobsConfig(AppConfig):
         # Importing the check modules registers the system checks.
         from kumiko_jobs import checks, rq_guard  # noqa: F401
         from kumiko_jobs.conf import get_config
-        from kumiko_jobs.scrubbing import install_log_filter
+        from kumiko_jobs.scrubbing import TASK_LOGGERS, install_log_filter
 
         install_log_filter()
         autodiscover_modules(get_config()["JOB_MODULE"])
@@ -39,6 +39,8 @@ class KumikoJobsConfig(AppConfig):
             # Django @task functions become jobs when their module is imported: import them now,
             # so workers and the admin know them (others are imported on first use).
             from kumiko_jobs import backends  # noqa: F401  (registers the task resolver)
+
+            install_log_filter(TASK_LOGGERS)
 
             if isinstance(get_config()["TASK_MODULE"], str):
                 autodiscover_modules(get_config()["TASK_MODULE"])

@@ -111,11 +111,15 @@ class ScrubbingFilter(logging.Filter):
 # The package's loggers whose records may carry a traceback (a filter on a logger covers only
 # records made on that very logger, not its children).
 LOGGERS = ("kumiko_jobs", "kumiko_jobs.worker", "kumiko_jobs.audit", "kumiko_jobs.runs", "kumiko_jobs.jobs")
+# Django's tasks framework logs a failed task's traceback on its own logger (and Django's default
+# LOGGING mails it to ADMINS): scrubbed too where kumiko runs the tasks.
+TASK_LOGGERS = ("django.tasks",)
 
 
-def install_log_filter() -> None:
-    """Attach one ScrubbingFilter to each of the package's loggers (idempotent)."""
-    for name in LOGGERS:
+def install_log_filter(names: tuple[str, ...] = LOGGERS) -> None:
+    """Attach one ScrubbingFilter to each of these loggers, the package's by default
+    (idempotent)."""
+    for name in names:
         target = logging.getLogger(name)
         if not any(isinstance(f, ScrubbingFilter) for f in target.filters):
             target.addFilter(ScrubbingFilter())

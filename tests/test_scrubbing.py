@@ -132,3 +132,17 @@ def test_tracebacks_logged_by_the_package_are_scrubbed(caplog: pytest.LogCapture
     assert "hunter2" not in caplog.text and "example.com" not in caplog.text
     assert "redis://:[redacted]@cache:6379 for [email]" in caplog.text
     assert "write failed for [email]" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_django_tasks_logged_traceback_is_scrubbed(caplog: pytest.LogCaptureFixture) -> None:
+    from tests.testapp import tasks
+
+    caplog.set_level(logging.DEBUG, logger="django.tasks")
+    result = tasks.raise_secret.enqueue()
+    assert drain() == {"failed": 1}
+    failed = [r for r in caplog.records if r.name == "django.tasks" and result.id in r.getMessage()]
+    assert [r.levelname for r in failed][-1] == "ERROR"
+    assert "mail [email]" in caplog.text and "postgres://app:[redacted]@db.internal" in caplog.text
+    for secret in SECRETS[:4]:
+        assert secret not in caplog.text

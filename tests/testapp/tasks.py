@@ -15,7 +15,7 @@ from django.tasks import TaskContext, task
 from kumiko_jobs import Backoff
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.tenancy import current_tenant_id
-from tests.testapp.jobs import trace
+from tests.testapp.jobs import SECRET_TEXT, trace
 
 # --- what Django's test cases expect ---------------------------------------------------------
 
@@ -155,3 +155,9 @@ def returns_nan() -> float:
 @task()
 def count_runs(key: str) -> int:
     return int(get_redis().incr(f"{get_keys().prefix}:{key}"))
+
+
+@task()
+def raise_secret() -> None:
+    """Fails with text full of personal data and secrets (django.tasks logs it: scrubbed)."""
+    raise ValueError(SECRET_TEXT)
