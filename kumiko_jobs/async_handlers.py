@@ -8,8 +8,11 @@ needed, so worker threads can run async handlers too.
 
 The coroutine runs in a copy of the calling context: what was activated around the call (the
 tenant, django-scopes' scope, the correlation id, the span) is visible inside it. A timeout
-cancels the coroutine and fails the attempt with ``JobTimeout``; code that blocks without
-awaiting cannot be cancelled, so blocking calls belong in ``sync_to_async``. Tasks a handler
+cancels the coroutine and fails the attempt with ``JobTimeout``. Code that blocks without
+awaiting never sees the cancellation: the plain handlers' timer (timeouts.py: SIGALRM, or the
+watchdog in job threads, which also reports it stuck) stops it ``BACKSTOP`` seconds later, and
+the thread's loop is replaced if the timer's exception left work in it. Blocking calls belong in
+``sync_to_async``. Tasks a handler
 started and left running are cancelled when it returns: nothing leaks into the next job.
 
 Django's ORM is synchronous. Inside a coroutine use its async methods (``await
@@ -35,6 +38,12 @@ from asgiref.sync import ThreadSensitiveContext
 
 from kumiko_jobs.exceptions import JobTimeout
 from kumiko_jobs.tenancy import current_tenant_id, get_activator
+from kumiko_jobs.timeouts import enforce_timeout
+
+# Seconds after an async handler's timeout at which the timer of plain handlers stops it, when
+# the loop's cancellation did not (a handler that blocks without awaiting). Long enough for a
+# cancelled handler's own clean-up to run.
+BACKSTOP = 1.0
 
 _local = threading.local()
 _threads: list[_JobThread] = []
@@ -93,6 +102,13 @@ class _JobThread:
         self.runner = asyncio.Runner()
         self.database = _DatabaseThread(threading.current_thread().name)
 
+    def replace_loop(self) -> None:
+        """Close the loop (cancelling what is left in it) and start a new one for the next job."""
+        try:
+            self.runner.close()
+        finally:
+            self.runner = asyncio.Runner()
+
     def close(self) -> None:
         self.runner.close()
         if self.database.started:
@@ -121,10 +137,17 @@ def run_coroutine(
     job = _job(func, args, kwargs or {}, timeout, job_name, job_thread.database)
     job_thread.database.activate_on_first_use(get_activator()(current_tenant_id()))
     try:
-        return job_thread.runner.run(job, context=contextvars.copy_context())
+        with enforce_timeout(timeout + BACKSTOP if timeout else None, job_name, shown=timeout):
+            return job_thread.runner.run(job, context=contextvars.copy_context())
     except asyncio.CancelledError as exc:
         # Cancelled from inside (not by our timeout): a failed attempt, never a dead worker.
         raise RuntimeError(f"The async handler of {job_name!r} was cancelled.") from exc
+    except BaseException:
+        if asyncio.all_tasks(job_thread.runner.get_loop()):
+            # The timer's exception landed in the loop itself, not in the handler's task: that
+            # task would resume inside the next job. Start this thread over with a new loop.
+            job_thread.replace_loop()
+        raise
     finally:
         job_thread.database.deactivate()
         if job_thread.database.used:

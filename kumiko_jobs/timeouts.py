@@ -35,12 +35,14 @@ _MARGIN = 0.001
 
 
 @contextmanager
-def enforce_timeout(seconds: float | None, job_name: str) -> Iterator[None]:
+def enforce_timeout(seconds: float | None, job_name: str, *, shown: float | None = None) -> Iterator[None]:
+    """Stop the block after ``seconds`` with JobTimeout (its message names ``shown``, default
+    ``seconds``: the job's timeout, when this timer backs up another one)."""
     if not seconds:
         yield
         return
     if threading.current_thread() is not threading.main_thread():
-        with watchdog().watch(seconds, job_name):
+        with watchdog().watch(seconds, job_name, shown=shown):
             yield
         return
     start = time.monotonic()
@@ -61,7 +63,7 @@ def enforce_timeout(seconds: float | None, job_name: str) -> Iterator[None]:
             if callable(previous_handler):
                 previous_handler(signum, frame)
             return
-        raise JobTimeout(f"Job {job_name!r} exceeded its timeout of {seconds:g}s and was stopped.")
+        raise JobTimeout(f"Job {job_name!r} exceeded its timeout of {shown or seconds:g}s and was stopped.")
 
     signal.signal(signal.SIGALRM, expire)
     first = seconds if outer_deadline is None else min(seconds, outer_delay)
@@ -101,11 +103,11 @@ class Watchdog(threading.Thread):
         self.on_stuck: Callable[[int, str], None] | None = None
 
     @contextmanager
-    def watch(self, seconds: float, job_name: str) -> Iterator[None]:
+    def watch(self, seconds: float, job_name: str, *, shown: float | None = None) -> Iterator[None]:
         ident = threading.get_ident()
         deadline = time.monotonic() + seconds
         with self._lock:
-            self._watches[ident] = _Watch(deadline, seconds, job_name)
+            self._watches[ident] = _Watch(deadline, shown or seconds, job_name)
             # Wake the watchdog only for a deadline before its own: a wake per job was two GIL
             # hand-offs more per job among --threads N threads (measured: +10-25 % jobs/s
             # with 8 threads on trivial jobs once gone, with uuid4's system call).

@@ -128,3 +128,83 @@ def test_called_from_a_running_loop_is_refused_clearly() -> None:
 
     with pytest.raises(RuntimeError, match="called from a running event loop"):
         asyncio.run(outer())
+
+
+def test_a_handler_that_blocks_without_awaiting_is_stopped_after_its_timeout(traces: Any) -> None:
+    result = dispatch("tests.async_blocking", {"seconds": 5})
+    started = time.monotonic()
+    assert drain() == {"failed": 1}
+    assert time.monotonic() - started < 3  # 0.2 s and the backstop's second, not 5 s
+    assert len(traces("async_blocking_start")) == 1 and traces("async_blocking_end") == []
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.error == "JobTimeout: Job 'tests.async_blocking' exceeded its timeout of 0.2s and was stopped."
+
+
+def test_blocking_without_awaiting_in_a_job_thread_is_stopped_and_the_loop_still_works() -> None:
+    import asyncio
+
+    outcomes: list[Any] = []
+
+    async def blocks() -> None:
+        # Python code that never awaits (a C call that blocks, such as time.sleep, sees the
+        # watchdog's exception only when it returns: reported stuck, as for plain handlers).
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            pass
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    def in_thread() -> None:
+        try:
+            started = time.monotonic()
+            try:
+                run_coroutine(blocks, (), timeout=0.05, job_name="tests.blocks")
+            except JobTimeout as exc:
+                outcomes.append((str(exc), time.monotonic() - started < 3))
+            outcomes.append(run_coroutine(answer, (), timeout=1.0, job_name="tests.answer"))
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(timeout=10)
+    assert outcomes == [("Job 'tests.blocks' exceeded its timeout of 0.05s and was stopped.", True), 42]
+
+
+def test_an_interrupted_loop_is_replaced_so_the_old_job_never_resumes() -> None:
+    import asyncio
+
+    seen: list[str] = []
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt  # what a timer's exception landing in the loop itself looks like
+
+    async def interrupted() -> None:
+        asyncio.get_running_loop().call_soon(interrupt)
+        try:
+            await asyncio.sleep(0.1)
+            seen.append("resumed")
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)  # the old job would resume in here, on the same loop
+
+    def in_thread() -> None:
+        try:
+            try:
+                run_coroutine(interrupted, (), timeout=5.0, job_name="tests.interrupted")
+            except KeyboardInterrupt:
+                seen.append("interrupted")
+            run_coroutine(later, (), timeout=5.0, job_name="tests.later")
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(timeout=10)
+    # Cancelled with the old loop, before the exception left run_coroutine; never resumed.
+    assert seen == ["cancelled", "interrupted"]

@@ -501,6 +501,16 @@ async def async_slow(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("async_slow_end", **_ctx_fields(ctx))
 
 
+@job(name="tests.async_blocking", timeout=0.2)
+async def async_blocking(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Blocks without awaiting: the loop's cancellation never reaches it."""
+    import time
+
+    trace("async_blocking_start", **_ctx_fields(ctx))
+    time.sleep(float(payload.get("seconds", 5)))  # deliberately blocking
+    trace("async_blocking_end", **_ctx_fields(ctx))
+
+
 @job(name="tests.async_note")
 async def async_note(payload: dict[str, Any], ctx: JobContext) -> None:
     """Django's async ORM inside the tenant's scope (activated around the coroutine)."""
