@@ -163,11 +163,11 @@ def fan_out(env: BenchEnv, tenants: int, rounds: int) -> list[Figure]:
 def _fan_out_once(env: BenchEnv, tenants: int) -> float:
     """Dispatch a bench.fanned wrapper and run its fan-out here, as a worker would."""
     from kumiko_jobs import dispatch
+    from kumiko_jobs.attempt_records import Started
     from kumiko_jobs.connection import get_keys, get_redis
     from kumiko_jobs.fanout import run_fan_out
     from kumiko_jobs.jobdata import JobMeta
     from kumiko_jobs.models import JobRun
-    from kumiko_jobs.records import Started
 
     wrapper = dispatch("bench.fanned", {})
     if wrapper.job_id is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from kumiko_jobs import outcomes, records
+from kumiko_jobs import attempt_records, outcomes
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.flows import cap_of
@@ -24,7 +24,7 @@ MAX_DELAY_MS = 60_000
 
 
 def defer_over_lowered_cap(
-    definition: JobDefinition, meta: JobMeta, start: records.Started
+    definition: JobDefinition, meta: JobMeta, start: attempt_records.Started
 ) -> Outcome | None:
     flow = gates_for(definition, meta.tenant_id, get_keys()).flow
     capped = cap_of(flow) if flow != meta.flow else None

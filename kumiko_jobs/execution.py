@@ -13,7 +13,7 @@ import inspect
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kumiko_jobs import outcomes, records, run_events
+from kumiko_jobs import attempt_records, outcomes, records, run_events
 from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
@@ -37,7 +37,7 @@ class RunObserver(Protocol):
     says whether the start was recorded (and job_started sent) on its own; if not, the outcome
     write records it and the outcome policy announces it."""
 
-    def started(self, meta: JobMeta, start: records.Started) -> None: ...
+    def started(self, meta: JobMeta, start: attempt_records.Started) -> None: ...
 
     def finishing(self) -> bool: ...
 
@@ -45,11 +45,15 @@ class RunObserver(Protocol):
 class RecordStartAtOnce:
     """Write "running" before the handler runs (drain(), boot gates)."""
 
-    def started(self, meta: JobMeta, start: records.Started) -> None:
+    def started(self, meta: JobMeta, start: attempt_records.Started) -> None:
         records.safe(
-            records.mark_running, meta=meta, job_id=start.job_id, payload=start.payload, worker=start.worker,
+            attempt_records.mark_running,
+            meta=meta,
+            job_id=start.job_id,
+            payload=start.payload,
+            worker=start.worker,
             now=start.at,
-        )  # fmt: skip
+        )
         run_events.started(meta, start.job_id)
 
     def finishing(self) -> bool:
@@ -78,7 +82,7 @@ def _route(
         payload = decode_payload(job.data)
     except MalformedJob as exc:
         return outcomes.malformed(job.job_id, meta.run_id, exc, outcomes.release_of(None, meta))
-    start = records.Started(job_id=job.job_id, payload=payload, worker=worker, at=datetime.now(UTC))
+    start = attempt_records.Started(job_id=job.job_id, payload=payload, worker=worker, at=datetime.now(UTC))
     target = wrapped_job(meta.job_name)
     if target is not None:
         return run_fan_out(meta, start, target)
@@ -102,7 +106,7 @@ def execute(
     payload: dict[str, Any],
     *,
     consumer_lane: str,
-    start: records.Started,
+    start: attempt_records.Started,
     observer: RunObserver,
     inline: bool = False,
 ) -> Outcome:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from kumiko_jobs import outcomes, records, run_events, tenancy
+from kumiko_jobs import attempt_records, outcomes, records, run_events, tenancy
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.dispatching import encode, prepare
 from kumiko_jobs.exceptions import QueueUnavailable
@@ -45,7 +45,7 @@ def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
+def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> Outcome:
     """Enqueue one run of job ``target`` per active tenant for the wrapper run ``start.job_id``."""
     definition = registry.find(target)
     if definition is None:
@@ -53,7 +53,12 @@ def run_fan_out(meta: JobMeta, start: records.Started, target: str) -> Outcome:
         return outcomes.unknown_job(meta, target, start)
     job_id, payload = start.job_id, dict(start.payload)
     records.safe(
-        records.mark_running, meta=meta, job_id=job_id, payload=payload, worker=start.worker, now=start.at
+        attempt_records.mark_running,
+        meta=meta,
+        job_id=job_id,
+        payload=payload,
+        worker=start.worker,
+        now=start.at,
     )
     run_events.started(meta, job_id)
     try:

@@ -2,7 +2,7 @@
 
 A JobRun is one logical run: retries and deferrals move the same row through its states
 (``queued → running → succeeded | failed``; a retry goes back to ``queued`` with the next
-attempt). State changes are single guarded UPDATEs in ``records.py``.
+attempt). State changes are single guarded UPDATEs in ``records.py`` and ``attempt_records.py``.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class TenantFailure(models.Model):
     """What a tenant may know about a run that failed finally: one row per (tenant, job,
     subject), with a message key for the tenant's own UI and never the error text. Written on a
     final failure of a job declaring ``tenant_visible_failure``; a later success of the same
-    (tenant, job, subject) deletes it (records.py)."""
+    (tenant, job, subject) deletes it (failure_records.py)."""
 
     id = models.BigAutoField(primary_key=True)
     tenant_id = models.CharField(max_length=64)
@@ -161,7 +161,7 @@ class TenantFailure(models.Model):
             models.Index(fields=("last_failed_at",), name="kj_failure_age"),
         )
         # One row per key; NULL subjects compare equal only through the second constraint
-        # (NULLS NOT DISTINCT is PostgreSQL 15+ only). Both are upsert targets (records.py).
+        # (NULLS NOT DISTINCT is PostgreSQL 15+ only). Both are upsert targets (failure_records.py).
         constraints = (
             models.UniqueConstraint(
                 fields=("tenant_id", "job_name", "subject"),

@@ -2,7 +2,7 @@
 
 Every policy function writes the run record first and then returns the ``Outcome`` the worker
 applies in Redis (lane.finish_and_claim), so what Redis is told never gets ahead of the record
-(records.py explains why that order makes crashes repairable).
+(attempt_records.py explains why that order makes crashes repairable).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from kumiko_jobs import failure_records, records, run_events
+from kumiko_jobs import attempt_records, failure_records, records, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import JobDefinition
@@ -77,13 +77,18 @@ def succeeded(
     job_id: str,
     meta: JobMeta,
     logs: list[LogLine],
-    start: records.Started | None,
+    start: attempt_records.Started | None,
     *,
     result: Any = None,
 ) -> Outcome:
     """``result``: what a Django task returned (stored on the run); None for jobs."""
     records.safe(
-        records.mark_succeeded, meta=meta, now=datetime.now(UTC), logs=logs, started=start, result=result
+        attempt_records.mark_succeeded,
+        meta=meta,
+        now=datetime.now(UTC),
+        logs=logs,
+        started=start,
+        result=result,
     )
     if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
         # A success clears the tenant's failure record of the same subject.
@@ -104,7 +109,7 @@ def failed_attempt(
     logs: list[LogLine],
     *,
     extra_attempts: int = 0,
-    start: records.Started | None = None,
+    start: attempt_records.Started | None = None,
 ) -> Outcome:
     """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
     now = datetime.now(UTC)
@@ -125,7 +130,7 @@ def failed_attempt(
     started_at = start.at if start else None
     if final:
         records.safe(
-            records.mark_failed,
+            attempt_records.mark_failed,
             meta=meta,
             now=now,
             error=message,
@@ -152,7 +157,7 @@ def failed_attempt(
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
     records.safe(
-        records.mark_retry,
+        attempt_records.mark_retry,
         meta=meta,
         now=now,
         next_at=now + timedelta(seconds=delay),
@@ -179,7 +184,7 @@ def deferred(
     meta: JobMeta,
     delay_ms: int,
     logs: list[LogLine],
-    start: records.Started,
+    start: attempt_records.Started,
 ) -> Outcome:
     """The handler returned ``ctx.defer(ms)``: run again later with the same attempt."""
     if meta.defers >= definition.max_defers:
@@ -189,7 +194,7 @@ def deferred(
         return failed_attempt(definition, job_id, meta, error, logs, start=start)
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
-    records.safe(records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
+    records.safe(attempt_records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
     run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
     _announce_start(meta, job_id, start)
     run_events.deferred(meta, job_id)
@@ -208,7 +213,7 @@ def _whose(meta: JobMeta) -> dict[str, Any]:
     return {"job_name": meta.job_name, "tenant_id": meta.tenant_id}
 
 
-def _announce_start(meta: JobMeta, job_id: str, start: records.Started | None) -> None:
+def _announce_start(meta: JobMeta, job_id: str, start: attempt_records.Started | None) -> None:
     """A short run's start is recorded with its outcome, so job_started goes out with it."""
     if start is not None and not start.announced:
         run_events.started(meta, job_id)
@@ -238,7 +243,7 @@ def _record_tenant_failure(
 def held_back(
     definition: JobDefinition,
     meta: JobMeta,
-    start: records.Started,
+    start: attempt_records.Started,
     *,
     delay_ms: int,
     line: LogLine,
@@ -249,7 +254,7 @@ def held_back(
     return _requeued(definition, meta, next_meta, start, delay_ms / 1000, line, "over_cap")
 
 
-def unknown_job(meta: JobMeta, job_name: str, start: records.Started) -> Outcome:
+def unknown_job(meta: JobMeta, job_name: str, start: attempt_records.Started) -> Outcome:
     """A name this deploy does not know: retry for a grace period (rolling deploy), then fail."""
     job_id = start.job_id
     config = get_config()
@@ -271,7 +276,7 @@ def _requeued(
     definition: JobDefinition | None,
     meta: JobMeta,
     next_meta: JobMeta,
-    start: records.Started,
+    start: attempt_records.Started,
     delay: float,
     line: LogLine,
     reason: str,
@@ -281,7 +286,9 @@ def _requeued(
     """Back to its flow after ``delay`` seconds without consuming an attempt."""
     now = datetime.now(UTC)
     next_at = now + timedelta(seconds=delay)
-    records.safe(records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start)
+    records.safe(
+        attempt_records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start
+    )
     run_events.attempt_ended(meta, start.job_id, "requeued", error=error, deferral=reason)
     return Outcome(
         "retry",
@@ -306,7 +313,9 @@ def malformed(job_id: str, run_id: str | None, exc: MalformedJob, release: Relea
     message = scrub(f"Malformed job data, cannot run it: {exc}")
     logger.error("kumiko_jobs: %s job_id=%s", message, job_id)
     now = datetime.now(UTC)
-    records.safe(records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message)
+    records.safe(
+        attempt_records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message
+    )
     return Outcome(
         "failed",
         "failed",

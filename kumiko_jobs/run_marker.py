@@ -15,10 +15,10 @@ import time
 
 from django.db import connections
 
-from kumiko_jobs import records, run_events
+from kumiko_jobs import attempt_records, records, run_events
 from kumiko_jobs.jobdata import JobMeta
 
-Pending = tuple[JobMeta, records.Started, int]  # the run, and its entry's sequence
+Pending = tuple[JobMeta, attempt_records.Started, int]  # the run, and its entry's sequence
 
 
 class RunningMarker(threading.Thread):
@@ -31,7 +31,7 @@ class RunningMarker(threading.Thread):
         self._sequence = 0
         self._stopped = False
 
-    def started(self, meta: JobMeta, start: records.Started) -> None:
+    def started(self, meta: JobMeta, start: attempt_records.Started) -> None:
         with self._cond:
             slot = threading.get_ident()
             self._sequence += 1
@@ -70,7 +70,7 @@ class RunningMarker(threading.Thread):
                     heapq.heappop(self._due)
                     meta, start, _sequence = self._pending.pop(slot)
                     records.safe(
-                        records.mark_running,
+                        attempt_records.mark_running,
                         meta=meta,
                         job_id=start.job_id,
                         payload=start.payload,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from kumiko_jobs import records
+from kumiko_jobs import attempt_records, records
 from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
@@ -44,7 +44,9 @@ def test_a_worker_recording_a_start_while_the_dispatchers_insert_commits_writes_
     assert inserted.wait(5)
     threading.Timer(0.3, release.set).start()
     now = datetime.now(UTC)
-    records.mark_running(meta=meta_of(prepared), job_id=prepared.job_id, payload={}, worker="w1", now=now)
+    attempt_records.mark_running(
+        meta=meta_of(prepared), job_id=prepared.job_id, payload={}, worker="w1", now=now
+    )
     thread.join()
     run = JobRun.objects.get(job_id=prepared.job_id)
     assert (run.status, run.worker, run.started_at) == (RunStatus.RUNNING, "w1", now)
@@ -53,8 +55,8 @@ def test_a_worker_recording_a_start_while_the_dispatchers_insert_commits_writes_
 def test_an_outcome_for_a_run_without_a_row_creates_it_once() -> None:
     prepared = _prepared()
     meta = meta_of(prepared)
-    start = records.Started(job_id=prepared.job_id, payload={}, worker="w1", at=datetime.now(UTC))
-    records.mark_succeeded(meta=meta, now=datetime.now(UTC), logs=[{"msg": "done"}], started=start)
+    start = attempt_records.Started(job_id=prepared.job_id, payload={}, worker="w1", at=datetime.now(UTC))
+    attempt_records.mark_succeeded(meta=meta, now=datetime.now(UTC), logs=[{"msg": "done"}], started=start)
     records.insert_queued([prepared.row])  # the dispatcher's insert, late: changes nothing
     [run] = JobRun.objects.filter(job_id=prepared.job_id)
     assert (run.status, run.worker, run.logs) == (RunStatus.SUCCEEDED, "w1", [{"msg": "done"}])

@@ -10,11 +10,11 @@ import pytest
 from django.db import connection, transaction
 
 from kumiko_jobs import dispatch, records, run_rows
+from kumiko_jobs.attempt_records import Started
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.fanout import run_fan_out
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import Started
 from kumiko_jobs.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -73,18 +73,23 @@ def _hooks(config: dict[str, Any]) -> Iterator[Problem]:
         value = config.get(key)
         if value is None:
             continue
-        try:
-            target = import_string(value) if isinstance(value, str) else value
-        except ImportError as exc:
-            target, problem = None, str(exc)
-        else:
-            problem = "" if callable(target) else "it is not callable"
-        if target is None or problem:
+        _target, problem = _callable_named(value)
+        if problem:
             yield (
                 f"KUMIKO_JOBS[{key!r}] = {value!r} cannot be used: {problem}.",
                 "Give the dotted path of a callable, e.g. 'myapp.tenants.active_tenant_ids'.",
                 "E019",
             )
+
+
+def _callable_named(value: Any) -> tuple[Any, str]:
+    """(the callable a hook setting names, "") or (None, why it cannot be used): the check's side
+    of conf.import_setting, which raises instead."""
+    try:
+        target = import_string(value) if isinstance(value, str) else value
+    except ImportError as exc:
+        return None, str(exc)
+    return (target, "") if callable(target) else (None, "it is not callable")
 
 
 def _tenant_model(config: dict[str, Any]) -> Iterator[Problem]:
@@ -193,13 +198,8 @@ def _scrubber(config: dict[str, Any]) -> Iterator[Problem]:
     value = config["SCRUBBER"]
     if value is None:
         return
-    try:
-        scrubber = import_string(value) if isinstance(value, str) else value
-    except ImportError as exc:
-        scrubber, problem = None, str(exc)
-    else:
-        problem = "" if callable(scrubber) else "it is not callable"
-    if scrubber is None or problem:
+    scrubber, problem = _callable_named(value)
+    if problem:
         yield (
             f"KUMIKO_JOBS['SCRUBBER'] = {value!r} cannot be used: {problem}.",
             "Give the dotted path of a (text) -> text function, e.g. the default "

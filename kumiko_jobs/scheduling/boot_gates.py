@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kumiko_jobs import records
+from kumiko_jobs import attempt_records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.context import JobContext
@@ -63,7 +63,7 @@ def run_gate(definition: JobDefinition, *, worker: str) -> None:
     try:
         while True:
             failure.clear()
-            start = records.Started(job_id=job_id, payload={}, worker=worker, at=datetime.now(UTC))
+            start = attempt_records.Started(job_id=job_id, payload={}, worker=worker, at=datetime.now(UTC))
             observer = RecordStartAtOnce()
             observer.started(meta, start)
             outcome = execute(

@@ -1,0 +1,210 @@
+"""An attempt's state changes, as the worker writes them: running, and each outcome (succeeded,
+retry, failed, deferred, requeued), each one guarded UPDATE through ``records.update_run``.
+
+Workers write a state *before* telling Redis about it, so a crash in between leaves the run
+registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
+that claims it is still running. An outcome write that carries the attempt's start
+(``Started``) also records the start, so a short run costs one commit, and creates the row if
+the dispatcher's insert has not landed yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kumiko_jobs import run_rows
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.records import insert_queued, update_run
+
+logger = logging.getLogger("kumiko_jobs")
+
+LogLine = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Started:
+    """When and where an attempt started, for outcome writes that also record the start."""
+
+    job_id: str
+    payload: Mapping[str, Any]
+    worker: str
+    at: datetime
+    # The start was recorded on its own and job_started sent (a run that lasted); short runs
+    # get both with their outcome.
+    announced: bool = False
+
+
+def mark_running(
+    *, meta: JobMeta, job_id: str, payload: Mapping[str, Any], worker: str, now: datetime
+) -> None:
+    values = {
+        "status": RunStatus.RUNNING,
+        "attempt": meta.attempt,
+        "max_attempts": meta.max_attempts,
+        "started_at": now,
+        "finished_at": None,
+        "next_attempt_at": None,
+        "worker": worker,
+        "updated_at": now,
+    }
+    if update_run(meta.run_id, **values):
+        return
+    # The dispatcher's insert has not landed (or failed): the run still gets its row. The insert
+    # ignores a conflict on any unique column (the dispatcher's row may land in between, and it
+    # conflicts on the job id as well as the key), and the UPDATE then applies either way.
+    row = run_rows.new_run_row(
+        meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING
+    )
+    insert_queued([row])
+    update_run(meta.run_id, **values)
+
+
+def mark_succeeded(
+    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
+) -> None:
+    """``result``: a Django task's JSON return value (None is the column's default, never written)."""
+    values: dict[str, Any] = {} if result is None else {"result": result}
+    _finish(
+        meta,
+        started,
+        status=RunStatus.SUCCEEDED,
+        finished_at=now,
+        updated_at=now,
+        logs=_all_logs(meta, logs),
+        error="",
+        traceback="",
+        **values,
+    )
+
+
+def mark_retry(
+    *,
+    meta: JobMeta,
+    now: datetime,
+    next_at: datetime,
+    error: str,
+    traceback: str,
+    logs: list[LogLine],
+    next_attempt: int,
+    max_attempts: int,
+    started: Started | None = None,
+) -> None:
+    _finish(
+        meta,
+        started,
+        status=RunStatus.QUEUED,
+        attempt=next_attempt,
+        max_attempts=max_attempts,
+        next_attempt_at=next_at,
+        updated_at=now,
+        error=error,
+        traceback=traceback,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )
+
+
+def mark_failed(
+    *,
+    meta: JobMeta,
+    now: datetime,
+    error: str,
+    traceback: str,
+    logs: list[LogLine],
+    started: Started | None = None,
+) -> None:
+    _finish(
+        meta,
+        started,
+        status=RunStatus.FAILED,
+        finished_at=now,
+        updated_at=now,
+        next_attempt_at=None,
+        error=error,
+        traceback=traceback,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )
+
+
+def mark_deferred(
+    *, meta: JobMeta, now: datetime, next_at: datetime, logs: list[LogLine], started: Started | None = None
+) -> None:
+    _finish(
+        meta,
+        started,
+        status=RunStatus.DEFERRED,
+        next_attempt_at=next_at,
+        defer_count=meta.defers + 1,
+        updated_at=now,
+        logs=_all_logs(meta, logs, force_merge=True),
+    )
+
+
+def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
+    """Write an attempt's outcome. With ``started`` the row also gets the start (a worker may
+    skip the separate "running" write for short runs), and is created if it is missing."""
+    if started is not None:
+        values.setdefault("attempt", meta.attempt)
+        values = {
+            "started_at": started.at,
+            "worker": started.worker,
+            "max_attempts": meta.max_attempts,
+            **values,
+        }
+    if update_run(meta.run_id, **values) or started is None:
+        return
+    mark_running(
+        meta=meta, job_id=started.job_id, payload=started.payload, worker=started.worker, now=started.at
+    )
+    update_run(meta.run_id, **values)
+
+
+def mark_requeued(
+    *,
+    meta: JobMeta,
+    now: datetime,
+    next_at: datetime | None,
+    logs: list[LogLine],
+    started: Started | None = None,
+) -> None:
+    """Back to queued without consuming an attempt (unknown job during a deploy, a lowered cap).
+    With ``started``, a row the dispatcher has not written yet is created first."""
+    values = {
+        "status": RunStatus.QUEUED,
+        "next_attempt_at": next_at,
+        "updated_at": now,
+        "attempt": meta.attempt,
+        "max_attempts": meta.max_attempts,
+        "logs": _all_logs(meta, logs, force_merge=True),
+    }
+    if JobRun.objects.filter(pk=meta.run_id).update(**values) or started is None:
+        return
+    row = run_rows.new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)
+    insert_queued([row])
+    JobRun.objects.filter(pk=meta.run_id).update(**values)
+
+
+def mark_failed_without_row(*, job_id: str, run_id: str | None, now: datetime, error: str) -> None:
+    """Malformed data: fail whatever row matches the job id or run id; log if none does."""
+    query = JobRun.objects.filter(job_id=job_id)
+    if run_id:
+        try:
+            query = JobRun.objects.filter(pk=uuid.UUID(run_id)) | query
+        except ValueError:
+            pass
+    if not query.update(status=RunStatus.FAILED, finished_at=now, updated_at=now, error=error):
+        logger.error("kumiko_jobs: malformed job %s has no run record: %s", job_id, error)
+
+
+def _all_logs(meta: JobMeta, logs: list[LogLine], force_merge: bool = False) -> list[LogLine]:
+    # Earlier attempts' lines are kept; reading them back only when there can be any keeps
+    # the common first-attempt success to one UPDATE.
+    if not force_merge and meta.attempt == 1 and meta.defers == 0 and meta.abandons == 0:
+        return logs
+    previous = JobRun.objects.filter(pk=meta.run_id).values_list("logs", flat=True).first()
+    return [*(previous or []), *logs]
