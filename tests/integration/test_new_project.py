@@ -43,15 +43,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def run(args: list[str | Path], cwd: Path, timeout: float = 300, **env: str) -> str:
-    """Run a command like a user's shell would; return its stdout, fail with all its output."""
+def run(args: list[str | Path], cwd: Path, timeout: float = 300, *, stderr: bool = False, **env: str) -> str:
+    """Run a command like a user's shell would; return its stdout (and stderr after it, with
+    ``stderr``), fail with all its output."""
     done = subprocess.run(
         [str(a) for a in args], cwd=cwd, env=clean_env(**env), capture_output=True, text=True, timeout=timeout
     )
     if done.returncode != 0:
         output = done.stdout + done.stderr
         raise AssertionError(f"{' '.join(map(str, args))} exited {done.returncode}:\n{output}")
-    return done.stdout
+    return done.stdout + done.stderr if stderr else done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +183,8 @@ def test_a_new_project_runs_jobs_and_shows_them(
     project = make_project(venv_bin, tmp_path / "mysite", database, kumiko_prefix)
     python = venv_bin / "python"
 
-    def manage(*args: str, **env: str) -> str:
-        return run([python, "manage.py", *args], project, **env)
+    def manage(*args: str, stderr: bool = False, **env: str) -> str:
+        return run([python, "manage.py", *args], project, stderr=stderr, **env)
 
     checked = manage("check")
     assert "no issues (0 silenced)" in checked, checked
@@ -193,7 +194,16 @@ def test_a_new_project_runs_jobs_and_shows_them(
         "from kumiko_jobs import dispatch; print(dispatch('billing.send_invoice', {'invoice_id': %d}).job_id)"
     )
     done_id = manage("shell", "--no-imports", "-c", shell % 1).strip()
-    manage("runjobs", "--lane", "worker", "--burst")
+    more = (
+        "from kumiko_jobs import dispatch\n"
+        "for i in range(100, 150): dispatch('billing.send_invoice', {'invoice_id': i})"
+    )
+    manage("shell", "--no-imports", "-c", more)
+    worked = manage("runjobs", "--lane", "worker", "--burst", stderr=True)
+    # Django's default logging, CONN_MAX_AGE 0: the worker's lines reach stderr, and it keeps
+    # one connection for its 51 jobs (it once opened one per job).
+    opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
+    assert opened and (int(opened[1]), int(opened[2])) == (51, 1), worked
     status = manage(
         "shell",
         "--no-imports",
