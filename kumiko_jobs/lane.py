@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import redis
 from rq.utils import utcformat
 
+from kumiko_jobs import script_calls
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
@@ -82,8 +83,11 @@ def finish_and_claim(
     )
     ending = ending_of(finished.outcome) if finished else NO_ENDING
     try:
-        raw = scripts_for(client).finish_and_claim(
-            keys=[*keys.outcome_registries(lane), keys.queue(lane)], args=argv(args, *ending, *counts)
+        raw = script_calls.call(
+            client,
+            scripts_for(client).finish_and_claim,
+            [*keys.outcome_registries(lane), keys.queue(lane)],
+            argv(args, *ending, *counts),
         )
     except redis.RedisError:
         tally.give_back(lane, counts)  # counted with the next call

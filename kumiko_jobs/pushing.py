@@ -15,7 +15,7 @@ from django.utils import timezone
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from kumiko_jobs import flows
+from kumiko_jobs import flows, script_calls
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.exceptions import QueueUnavailable
@@ -166,7 +166,7 @@ def _overlapped(
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(exc) from exc
     try:
-        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        script_calls.send(connection, script, keys, args)
     except BaseException as exc:
         pool.release(connection)
         if isinstance(exc, redis.ConnectionError | redis.TimeoutError):

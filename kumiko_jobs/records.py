@@ -23,7 +23,7 @@ from typing import Any
 from django.db import DatabaseError, DataError, IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from kumiko_jobs import db_connections, run_rows
+from kumiko_jobs import db_connections, pg_pipeline, run_rows
 from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
 from kumiko_jobs.run_rows import RunRow
 
@@ -36,7 +36,10 @@ def insert_queued(rows: Sequence[RunRow]) -> None:
     connection = connections[alias]
     statement = run_rows.statement(alias)
     if len(rows) == 1:  # every dispatch: one statement with an async commit, see _execute()
-        _execute(connection, statement.sql(), statement.params(rows[0]))
+        if pg_pipeline.available(connection):
+            pg_pipeline.execute(connection, statement.text_sql, statement.text_params(rows[0]))
+        else:
+            _execute(connection, statement.sql(), statement.params(rows[0]))
         return
     own_transaction = not connection.in_atomic_block
     with transaction.atomic(using=alias), connection.cursor() as cursor:
@@ -48,6 +51,32 @@ def insert_queued(rows: Sequence[RunRow]) -> None:
         # Measured: one multi-row INSERT beats a pipelined executemany on PostgreSQL.
         for batch in run_rows.batches(rows):
             cursor.execute(statement.sql(len(batch)), [v for row in batch for v in statement.params(row)])
+
+
+def start_insert_queued(row: RunRow) -> Callable[[], bool] | None:
+    """Send one new run's INSERT without waiting (PostgreSQL, see pg_pipeline.py); returns the
+    wait, True once the row is written. None: nothing was sent (another database, a transaction,
+    instrumentation, or the send failed: logged), the caller inserts the usual way."""
+    connection = connections[router.db_for_write(JobRun)]
+    if not pg_pipeline.available(connection):
+        return None
+    statement = run_rows.statement(connection.alias)
+    try:
+        pending = pg_pipeline.send(connection, statement.text_sql, statement.text_params(row))
+    except DatabaseError:
+        logger.warning("kumiko_jobs: sending a run record failed; inserting it again", exc_info=True)
+        return None
+
+    def wait() -> bool:
+        try:
+            pending.wait()
+        except DatabaseError:
+            # A broken connection (replaced by wait) or a bad value: the usual insert says which,
+            # and logs it; ON CONFLICT makes a second insert of a written row harmless.
+            return safe(insert_queued, [row])
+        return True
+
+    return wait
 
 
 def insert_claiming(rows: Sequence[RunRow]) -> set[str]:
@@ -100,6 +129,11 @@ def update_run(run_id: str | uuid.UUID, **values: Any) -> int:
     per-call query compilation cost as much as the statement itself on the worker's hot path."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
+    if pg_pipeline.available(connection):
+        text_sql, converters = _update_text(alias, tuple(values))
+        params = [convert(value) for convert, value in zip(converters, values.values(), strict=True)]
+        params.append(pg_pipeline.text(uuid.UUID(str(run_id))))
+        return pg_pipeline.execute(connection, text_sql, params)
     sql = _update_sql(alias, tuple(values))
     params = [_FIELDS[name].get_db_prep_save(value, connection) for name, value in values.items()]
     params.append(_FIELDS["id"].get_db_prep_value(uuid.UUID(str(run_id)), connection))
@@ -110,12 +144,30 @@ _FIELDS = {field.name: field for field in JobRun._meta.concrete_fields}
 
 
 @cache
-def _update_sql(alias: str, names: tuple[str, ...]) -> str:
+def _update_sql(alias: str, names: tuple[str, ...], placeholders: str = "%s") -> str:
     quote = connections[alias].ops.quote_name
+    marks = [f"${n}" for n in range(1, len(names) + 2)] if placeholders == "$" else ["%s"] * (len(names) + 1)
     # Only column names of this model, quoted by the backend; every value is a parameter.
-    assignments = ", ".join(f"{quote(str(_FIELDS[name].column))} = %s" for name in names)
+    assignments = ", ".join(
+        f"{quote(str(_FIELDS[name].column))} = {mark}" for name, mark in zip(names, marks, strict=False)
+    )
     table, pk = quote(JobRun._meta.db_table), quote(str(_FIELDS["id"].column))
-    return f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
+    return f"UPDATE {table} SET {assignments} WHERE {pk} = {marks[-1]}"  # noqa: S608
+
+
+@cache
+def _update_text(
+    alias: str, names: tuple[str, ...]
+) -> tuple[bytes, tuple[Callable[[Any], bytes | None], ...]]:
+    """update_run's statement for pg_pipeline: $n placeholders and a text converter per column
+    (JSON columns encoded as their field encodes them)."""
+    converters = tuple(
+        pg_pipeline.json_text(getattr(_FIELDS[name], "encoder", None))
+        if _FIELDS[name].get_internal_type() == "JSONField"
+        else pg_pipeline.text
+        for name in names
+    )
+    return _update_sql(alias, names, "$").encode(), converters
 
 
 def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> bool:

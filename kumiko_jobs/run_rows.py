@@ -23,6 +23,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from kumiko_jobs import pg_pipeline
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 
@@ -89,6 +90,16 @@ class Statement:
     constants: tuple[Any, ...]
     # The unset columns as COPY's text format wants them (JSON as its text); PostgreSQL only.
     copy_constants: tuple[Any, ...] = ()
+    # The one-row INSERT with $n placeholders and the unset columns as text parameters, for
+    # pg_pipeline (PostgreSQL only).
+    text_sql: bytes = b""
+    text_constants: tuple[bytes | None, ...] = ()
+
+    def text_params(self, row: RunRow) -> list[bytes | None]:
+        """The row's values as PostgreSQL's text input (pg_pipeline sends them as they are)."""
+        values = [pg_pipeline.text(value) for value in _read(row)]
+        values += self.text_constants
+        return values
 
     def params(self, row: RunRow) -> list[Any]:
         values = list(_read(row))
@@ -134,13 +145,19 @@ def statement(alias: str) -> Statement:
         for index, field in enumerate(_SET)
         if (convert := _converter(field, connection)) is not None
     )
+    columns = ", ".join(quote(str(f.column)) for f in ordered)
+    table = quote(JobRun._meta.db_table)
+    copy_constants = tuple(_copy_value(f, f.get_default()) for f in _UNSET)
+    dollars = ", ".join(f"${n}" for n in range(1, len(ordered) + 1))
     return Statement(
-        columns=", ".join(quote(str(f.column)) for f in ordered),
+        columns=columns,
         placeholders="(" + ", ".join("%s" for _ in ordered) + ")",
-        table=quote(JobRun._meta.db_table),
+        table=table,
         converters=converters,
         constants=tuple(f.get_db_prep_save(f.get_default(), connection) for f in _UNSET),
-        copy_constants=tuple(_copy_value(f, f.get_default()) for f in _UNSET),
+        copy_constants=copy_constants,
+        text_sql=f"INSERT INTO {table} ({columns}) VALUES ({dollars}) ON CONFLICT DO NOTHING".encode(),  # noqa: S608
+        text_constants=tuple(pg_pipeline.text(value) for value in copy_constants),
     )
 
 

@@ -1,0 +1,244 @@
+"""One hot-path statement on PostgreSQL, sent through libpq without waiting for its answer.
+
+The run writes on the hot path (a dispatch's INSERT, a worker's outcome UPDATE) are single
+statements outside any transaction, committed without waiting for the WAL flush. Sent through
+a Django cursor, psycopg's client-side binding quotes each of the ~30 parameters in Python,
+PostgreSQL parses and plans the 33-column INSERT again (~110 us of its ~320), and the caller
+sits idle meanwhile: together more than RQ's whole enqueue. Here the statement is prepared
+once per connection, goes out in libpq's pipeline mode as ``SET LOCAL synchronous_commit TO
+OFF`` plus the prepared statement with text parameters and one Sync (one implicit transaction,
+one round trip), and ``send`` returns at once: a dispatch pushes to Redis while PostgreSQL
+inserts its row.
+
+Used only where nothing else expects to see the statement: PostgreSQL through psycopg 3, outside
+``atomic()``, no execute wrappers (instrumentation such as Sentry's or django-debug-toolbar's)
+and no query logging (DEBUG); otherwise ``available`` says no and the caller uses a cursor.
+Prepared statements are named after their SQL's hash. A connection on which one cannot be
+prepared, or loses one (a pooler such as PgBouncer in transaction mode hands the session to
+another server connection: "prepared statement does not exist"), sends its statements
+unprepared from then on; the failed statement raises, and the callers' retry (records.safe)
+sends it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import select
+import uuid
+import weakref
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+_ASYNC_COMMIT = b"SELECT set_config('synchronous_commit', 'off', true)"
+# SQLSTATEs: a name prepared already (ours: names are hashes of the SQL), and one that is gone.
+_DUPLICATE_PREPARED = b"42P05"
+_UNKNOWN_PREPARED = b"26000"
+# Per psycopg connection: the names prepared on it.
+_prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
+# Database aliases whose prepared statements went missing (a pooler between us and the server):
+# their connections, new ones too, send statements unprepared for the rest of the process.
+_unprepared: set[str] = set()
+
+
+def available(connection: BaseDatabaseWrapper) -> bool:
+    """Whether ``send`` may take this connection's next statement."""
+    return (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and not connection.execute_wrappers
+        and not connection.queries_logged
+        and connection.get_autocommit()
+    )
+
+
+class Pending:
+    """A statement sent and not yet answered; ``wait()`` reads its answer (exactly once)."""
+
+    __slots__ = ("_connection", "_params", "_pgconn", "_prepared_as", "_sql")
+
+    def __init__(
+        self,
+        connection: BaseDatabaseWrapper,
+        pgconn: Any,
+        sql: bytes,
+        params: Sequence[bytes | None],
+        prepared_as: bytes | None,
+    ) -> None:
+        self._connection, self._pgconn = connection, pgconn
+        self._sql, self._params, self._prepared_as = sql, params, prepared_as
+
+    def wait(self) -> int:
+        """The statement's row count; a database error is raised as Django's."""
+        with self._connection.wrap_database_errors:
+            try:
+                results = _read(self._pgconn)
+            except BaseException:
+                # Answers still unread: the connection cannot take another statement.
+                self._connection.close()
+                raise
+            failed = _failure(results)
+            if (
+                failed is not None
+                and self._prepared_as is not None
+                and _sqlstate(failed) == _UNKNOWN_PREPARED
+            ):
+                # Nothing ran (the implicit transaction ended at the error): send it unprepared.
+                _unprepared.add(self._connection.alias)
+                return send(self._connection, self._sql, self._params).wait()
+            if failed is not None:
+                _raise(failed)
+            return int(results[-1].command_tuples or 0)
+
+
+def send(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> Pending:
+    """Send ``sql`` ($1-style placeholders, text parameters) with an async commit; the caller
+    checked ``available``. Returns before PostgreSQL answers."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        pgconn = connection.connection.pgconn
+        if pgconn.pipeline_status or pgconn.transaction_status:
+            # Closed or broken under Django's feet (a job closed the socket), or inside a
+            # transaction Django does not know of: the caller's retry replaces the connection.
+            from psycopg import OperationalError
+
+            raise OperationalError("the connection is closed, broken or inside a transaction")
+        name = None if connection.alias in _unprepared else _prepared_name(connection, pgconn, sql)
+        pgconn.enter_pipeline_mode()
+        try:
+            pgconn.send_query_params(_ASYNC_COMMIT, None)
+            if name is None:
+                pgconn.send_query_params(sql, params)
+            else:
+                pgconn.send_query_prepared(name, params)
+            pgconn.pipeline_sync()
+            while pgconn.flush():  # non-blocking libpq: 1 while output is left
+                select.select([], [pgconn.socket], [])
+        except BaseException:
+            connection.close()
+            raise
+    return Pending(connection, pgconn, sql, params, name)
+
+
+def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> int:
+    """``send`` and wait: the statement's row count."""
+    return send(connection, sql, params).wait()
+
+
+def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> bytes | None:
+    """The name ``sql`` is prepared under on this connection (prepared now, in one blocking round
+    trip, on its first use here), or None to send it unprepared."""
+    names = _prepared.setdefault(connection.connection, set())
+    name = b"kumiko_" + hashlib.blake2b(sql, digest_size=8).hexdigest().encode()
+    if name not in names:
+        result = pgconn.prepare(name, sql)
+        from psycopg import pq
+
+        if result.status != pq.ExecStatus.COMMAND_OK and _sqlstate(result) != _DUPLICATE_PREPARED:
+            _unprepared.add(connection.alias)
+            return None
+        names.add(name)
+    return name
+
+
+def _read(pgconn: Any) -> list[Any]:
+    """Every result up to the pipeline's Sync, and out of pipeline mode again."""
+    from psycopg import pq
+
+    results = []
+    while True:
+        while pgconn.is_busy():
+            select.select([pgconn.socket], [], [])
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:  # the end of one statement's results in pipeline mode
+            continue
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            break
+        results.append(result)
+    pgconn.exit_pipeline_mode()
+    return results
+
+
+def _failure(results: list[Any]) -> Any:
+    from psycopg import pq
+
+    return next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+
+
+def _sqlstate(result: Any) -> bytes:
+    from psycopg import pq
+
+    return bytes(result.error_field(pq.DiagnosticField.SQLSTATE) or b"")
+
+
+def _raise(result: Any) -> None:
+    """Raise a failed result as psycopg would (Django's error, from wrap_database_errors)."""
+    from psycopg import errors
+
+    sqlstate = _sqlstate(result).decode()
+    message = result.error_message.decode(errors="replace").strip()
+    raise errors.lookup(sqlstate)(message) if sqlstate else errors.DatabaseError(message)
+
+
+def text(value: Any) -> bytes | None:
+    """A parameter's PostgreSQL text input, by the value's type: None, bool, str (and its
+    subclasses, such as TextChoices), int, float, UUID, datetime. Anything else is a TypeError,
+    not a guess."""
+    convert = _TEXT.get(type(value))
+    if convert is not None:
+        return convert(value)
+    if isinstance(value, str):
+        return str.encode(value)
+    raise TypeError(f"no PostgreSQL text form for a parameter of type {type(value).__name__}")
+
+
+def _text_bool(value: bool) -> bytes:
+    return b"t" if value else b"f"
+
+
+def _text_none(value: None) -> None:
+    return None
+
+
+def _text_str(value: str) -> bytes:
+    return value.encode()
+
+
+def _text_number(value: float) -> bytes:
+    return str(value).encode()
+
+
+def _text_uuid(value: uuid.UUID) -> bytes:
+    return value.hex.encode()
+
+
+def _text_datetime(value: datetime) -> bytes:
+    # ISO 8601 with its offset (naive only with USE_TZ off: the session's time zone applies, as
+    # for the ORM's parameters).
+    return value.isoformat().encode()
+
+
+Converter = Callable[[Any], bytes | None]
+
+_TEXT: dict[type, Converter] = {
+    bool: _text_bool,
+    type(None): _text_none,
+    str: _text_str,
+    int: _text_number,
+    float: _text_number,
+    uuid.UUID: _text_uuid,
+    datetime: _text_datetime,
+}
+
+
+def json_text(encoder: type[json.JSONEncoder] | None) -> Converter:
+    """A JSON column's text input, encoded as Django's JSONField encodes it (None: SQL NULL)."""
+
+    def convert(value: Any) -> bytes | None:
+        return None if value is None else json.dumps(value, cls=encoder).encode()
+
+    return convert

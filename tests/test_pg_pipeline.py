@@ -1,0 +1,166 @@
+"""Hot-path writes through libpq's pipeline (pg_pipeline.py): what the cursor path writes, an async
+commit confined to its statement, prepared statements that may vanish, errors as Django's."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection
+
+from kumiko_jobs import pg_pipeline, records, run_rows
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.models import JobRun, RunStatus
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="libpq's pipeline is PostgreSQL's"),
+]
+
+NOW = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
+
+
+def _row(tag: str) -> run_rows.RunRow:
+    meta = JobMeta(
+        run_id=str(uuid.uuid4()),
+        job_name="tests.record",
+        lane="worker",
+        tenant_id="7",
+        triggered_by="42",
+        trigger_name="nightly",
+        subject="invoice-9",
+        tenant_visible=True,
+        scheduled_at=NOW.timestamp(),
+        zone="Europe/Berlin",
+        fanout_parent="parent-1",
+    )
+    return run_rows.new_run_row(
+        meta=meta,
+        job_id=f"{tag}-job",
+        payload={"text": "ü'\"\\ ; DROP TABLE x; --", "n": 1.5, "list": [1, None, True], "nested": {}},
+        queued_at=NOW,
+        next_attempt_at=NOW,
+        retry_of=uuid.uuid4(),
+    )
+
+
+@contextmanager
+def _seen_by_a_wrapper() -> Iterator[list[str]]:
+    """An execute wrapper, as instrumentation installs one: the statements it saw."""
+    seen: list[str] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield seen
+
+
+def _columns(job_id: str) -> dict[str, Any]:
+    values = JobRun.objects.filter(job_id=job_id).values().get()
+    return {k: v for k, v in values.items() if k not in ("id", "job_id", "retry_of", "correlation_id")}
+
+
+def test_a_row_sent_through_the_pipeline_is_the_row_a_cursor_writes() -> None:
+    piped, cursor = _row("piped"), _row("cursor")
+    records.insert_queued([piped])
+    with _seen_by_a_wrapper() as seen:
+        records.insert_queued([cursor])  # instrumented: the cursor path, so the wrapper sees it
+    assert len(seen) == 1 and "INSERT" in seen[0]
+    assert _columns("piped-job") == _columns("cursor-job")
+    stored = JobRun.objects.get(job_id="piped-job")
+    assert (stored.payload, stored.scheduled_at, stored.retry_of) == (piped.payload, NOW, piped.retry_of)
+
+
+def test_an_update_sent_through_the_pipeline_writes_every_kind_of_value() -> None:
+    row = _row("update")
+    records.insert_queued([row])
+    logs = [{"at": "09:30", "msg": "ünïcødé 'quoted'"}]
+    changed = records.update_run(
+        row.id,
+        status=RunStatus.SUCCEEDED,
+        finished_at=NOW,
+        logs=logs,
+        result={"total": 3, "ok": True},
+        error="",
+        defer_count=2,
+        tenant_visible=False,
+        fanout_count=None,
+    )
+    assert changed == 1
+    stored = JobRun.objects.values(
+        "status", "finished_at", "logs", "result", "defer_count", "tenant_visible", "fanout_count"
+    ).get(pk=row.id)
+    assert stored == {
+        "status": "succeeded",
+        "finished_at": NOW,
+        "logs": logs,
+        "result": {"total": 3, "ok": True},
+        "defer_count": 2,
+        "tenant_visible": False,
+        "fanout_count": None,
+    }
+    assert records.update_run(uuid.uuid4(), error="no such run") == 0
+
+
+def test_the_async_commit_applies_to_its_own_statement_only() -> None:
+    inside = b"SELECT 1 WHERE current_setting('synchronous_commit') = 'off'"
+    assert pg_pipeline.execute(connection, inside, []) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("on",)
+
+
+def test_a_prepared_statement_the_connection_lost_is_sent_again_unprepared() -> None:
+    row = _row("lost")
+    records.insert_queued([row])  # prepares the INSERT on this connection
+    psycopg_connection = connection.connection
+    assert pg_pipeline._prepared[psycopg_connection]
+    with connection.cursor() as cursor:
+        # What a pooler in transaction mode does to a session's prepared statements.
+        cursor.execute("DEALLOCATE ALL")
+    try:
+        records.insert_queued([_row("again")])  # no error: sent again unprepared
+        assert JobRun.objects.filter(job_id="again-job").exists()
+        assert connection.connection is psycopg_connection  # kept: nothing was wrong with it
+        assert connection.alias in pg_pipeline._unprepared  # and its alias prepares no more
+        connection.close()
+        records.insert_queued([_row("third")])  # a new connection: unprepared from the start
+        assert JobRun.objects.filter(job_id="third-job").exists()
+        assert not pg_pipeline._prepared.get(connection.connection)
+    finally:
+        pg_pipeline._unprepared.discard(connection.alias)
+
+
+def test_a_failing_statement_raises_djangos_error_and_leaves_the_connection_usable() -> None:
+    row = _row("failing")
+    records.insert_queued([row])
+    psycopg_connection = connection.connection
+    with pytest.raises(IntegrityError, match="kj_run_attempt_positive"):
+        records.update_run(row.id, attempt=0)
+    assert records.update_run(row.id, attempt=2) == 1
+    assert connection.connection is psycopg_connection
+    assert JobRun.objects.get(pk=row.id).attempt == 2
+
+
+def test_a_connection_left_inside_a_transaction_is_not_written_through() -> None:
+    row = _row("open")
+    records.insert_queued([row])
+    # A job opened a transaction behind Django's back (autocommit still on as Django sees it).
+    connection.connection.execute("BEGIN")
+    connection.connection.execute("UPDATE kumiko_jobs_jobrun SET worker = 'uncommitted junk'")
+    assert records.safe(records.update_run, row.id, error="written")
+    stored = JobRun.objects.values_list("error", "worker").get(pk=row.id)
+    assert stored == ("written", "")  # the junk was rolled back with the replaced connection
+
+
+def test_parameters_of_other_types_are_refused_not_guessed() -> None:
+    assert pg_pipeline.text(RunStatus.QUEUED) == b"queued"
+    assert pg_pipeline.text(uuid.UUID(int=1)) == b"00000000000000000000000000000001"
+    with pytest.raises(TypeError, match="no PostgreSQL text form for a parameter of type bytes"):
+        pg_pipeline.text(b"raw")
