@@ -1,9 +1,11 @@
 """dispatch() and emit(): validate, record the run as queued, push it to its lane.
 
-Order of effects: outside a transaction the job is pushed first and the queued row inserted
-second (a worker that wins the race creates the row itself), so Redis being down leaves no
-row behind. Inside ``transaction.atomic()`` the row is written in the caller's transaction
-and the push happens on commit; a rollback leaves neither.
+Order of effects outside a transaction: the push and the row's INSERT are in flight together (a
+worker that wins the race creates the row itself). On PostgreSQL the INSERT is sent first (it is
+the longer wait), elsewhere the push; if the push fails, the row is deleted again, so Redis
+being down leaves no row behind, and a crash between the two leaves a queued row that the
+stale-run repair pushes from its record (repair.py). Inside ``transaction.atomic()`` the row is
+written in the caller's transaction and the push happens on commit; a rollback leaves neither.
 """
 
 from __future__ import annotations
