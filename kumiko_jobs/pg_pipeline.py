@@ -5,19 +5,19 @@ statements outside any transaction, committed without waiting for the WAL flush.
 a Django cursor, psycopg's client-side binding quotes each of the ~30 parameters in Python,
 PostgreSQL parses and plans the 33-column INSERT again (~110 us of its ~320), and the caller
 sits idle meanwhile: together more than RQ's whole enqueue. Here the statement is prepared
-once per connection, goes out in libpq's pipeline mode as ``SET LOCAL synchronous_commit TO
-OFF`` plus the prepared statement with text parameters and one Sync (one implicit transaction,
-one round trip), and ``send`` returns at once: a dispatch pushes to Redis while PostgreSQL
-inserts its row.
+once per connection and goes out in libpq's pipeline mode as ``set_config('synchronous_commit',
+'off', true)`` plus the prepared statement with text parameters and one Sync: one implicit
+transaction, so the setting ends with it, and one round trip. ``send`` returns at once: a
+dispatch pushes to Redis while PostgreSQL inserts its row. (``SET LOCAL`` would apply too, but
+the server answers it with a WARNING on every statement outside an explicit transaction.)
 
-Used only where nothing else expects to see the statement: PostgreSQL through psycopg 3, outside
-``atomic()``, no execute wrappers (instrumentation such as Sentry's or django-debug-toolbar's)
-and no query logging (DEBUG); otherwise ``available`` says no and the caller uses a cursor.
-Prepared statements are named after their SQL's hash. A connection on which one cannot be
-prepared, or loses one (a pooler such as PgBouncer in transaction mode hands the session to
-another server connection: "prepared statement does not exist"), sends its statements
-unprepared from then on; the failed statement raises, and the callers' retry (records.safe)
-sends it again.
+Used only where nothing else expects to see the statement: PostgreSQL through psycopg 3 (not
+psycopg2), outside ``atomic()``, no execute wrappers (instrumentation such as Sentry's or
+django-debug-toolbar's) and no query logging (DEBUG); otherwise ``available`` says no and the
+caller uses a cursor. Prepared statements are named after their SQL's hash. Where one goes
+missing (a pooler such as PgBouncer in transaction mode hands the session to another server
+connection: "prepared statement does not exist"), nothing ran, so the statement is sent again
+unprepared, and that database alias prepares nothing more in this process.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -51,8 +52,17 @@ def available(connection: BaseDatabaseWrapper) -> bool:
         and not connection.in_atomic_block
         and not connection.execute_wrappers
         and not connection.queries_logged
+        and _psycopg3()
         and connection.get_autocommit()
     )
+
+
+@cache
+def _psycopg3() -> bool:
+    """Django's PostgreSQL backend runs on psycopg 3 (libpq's pipeline) or psycopg2 (cursor)."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
 
 
 class Pending:

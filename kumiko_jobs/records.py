@@ -6,9 +6,11 @@ writes, are in attempt_records.py on top of them.
 
 Run records are a log that Redis can rebuild (workers upsert rows, the stale-run repair in
 repair.py reconciles them), so the hot-path writes outside a caller's transaction are
-committed without waiting for the WAL flush on PostgreSQL: ``SET LOCAL synchronous_commit TO
-OFF`` is sent with the statement in one round trip, so it applies to that implicit transaction
-only. A caller's own transaction (dispatch inside ``atomic()``) keeps its durability.
+committed without waiting for the WAL flush on PostgreSQL, in one round trip that applies the
+setting to that statement's implicit transaction only: through libpq's pipeline where nothing
+watches the connection's cursors (pg_pipeline.py), else ``SET LOCAL synchronous_commit TO OFF``
+sent with the statement through a cursor. A caller's own transaction (dispatch inside
+``atomic()``) keeps its durability.
 """
 
 from __future__ import annotations
