@@ -140,7 +140,8 @@ def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes 
 
 def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> bytes | None:
     """The name ``sql`` is prepared under on this connection (prepared now, in one blocking round
-    trip, on its first use here), or None to send it unprepared."""
+    trip, on its first use here), or None to send it unprepared (the prepare failed: the
+    statement, sent as it is, fails the same way if the SQL or the connection is at fault)."""
     names = _prepared.setdefault(connection.connection, set())
     name = b"kumiko_" + hashlib.blake2b(sql, digest_size=8).hexdigest().encode()
     if name not in names:
@@ -148,7 +149,6 @@ def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> 
         from psycopg import pq
 
         if result.status != pq.ExecStatus.COMMAND_OK and _sqlstate(result) != _DUPLICATE_PREPARED:
-            _unprepared.add(connection.alias)
             return None
         names.add(name)
     return name
@@ -202,7 +202,7 @@ def text(value: Any) -> bytes | None:
     if convert is not None:
         return convert(value)
     if isinstance(value, str):
-        return str.encode(value)
+        return _text_str(str.__str__(value))
     raise TypeError(f"no PostgreSQL text form for a parameter of type {type(value).__name__}")
 
 
@@ -215,7 +215,10 @@ def _text_none(value: None) -> None:
 
 
 def _text_str(value: str) -> bytes:
-    return value.encode()
+    # libpq reads a text parameter up to its first NUL, and PostgreSQL's text cannot hold one:
+    # replaced, so an error message with a stray NUL is stored whole (a cursor would refuse the
+    # write, and the outcome would be lost).
+    return value.encode() if "\x00" not in value else value.replace("\x00", "\ufffd").encode()
 
 
 def _text_number(value: float) -> bytes:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, ProgrammingError, connection
 
 from kumiko_jobs import pg_pipeline, records, run_rows
 from kumiko_jobs.jobdata import JobMeta
@@ -164,3 +164,19 @@ def test_parameters_of_other_types_are_refused_not_guessed() -> None:
     assert pg_pipeline.text(uuid.UUID(int=1)) == b"00000000000000000000000000000001"
     with pytest.raises(TypeError, match="no PostgreSQL text form for a parameter of type bytes"):
         pg_pipeline.text(b"raw")
+
+
+def test_a_statement_that_cannot_be_prepared_fails_as_itself_and_changes_nothing_else() -> None:
+    with pytest.raises(ProgrammingError, match="nope"):
+        pg_pipeline.execute(connection, b"UPDATE kumiko_jobs_jobrun SET nope = $1", [b"x"])
+    assert connection.alias not in pg_pipeline._unprepared  # a bad statement is no pooler
+    row = _row("after-bad")
+    records.insert_queued([row])
+    assert JobRun.objects.filter(job_id="after-bad-job").exists()
+
+
+def test_a_nul_in_a_text_value_is_stored_replaced_not_cut_off() -> None:
+    row = _row("nul")
+    records.insert_queued([row])
+    assert records.update_run(row.id, error="before\x00after", traceback="tb") == 1
+    assert JobRun.objects.values_list("error", "traceback").get(pk=row.id) == ("before\ufffdafter", "tb")
