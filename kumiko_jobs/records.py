@@ -158,9 +158,7 @@ def _update_sql(alias: str, names: tuple[str, ...], placeholders: str = "%s") ->
 
 
 @cache
-def _update_text(
-    alias: str, names: tuple[str, ...]
-) -> tuple[bytes, tuple[Callable[[Any], bytes | None], ...]]:
+def _update_text(alias: str, names: tuple[str, ...]) -> tuple[bytes, tuple[pg_pipeline.Converter, ...]]:
     """update_run's statement for pg_pipeline: $n placeholders and a text converter per column
     (JSON columns encoded as their field encodes them)."""
     converters = tuple(
