@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from kumiko_jobs import dispatch
+from kumiko_jobs import dispatch, records
 from kumiko_jobs.connection import get_keys
+from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.registry import registry
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.testing import drain
 
@@ -70,6 +72,22 @@ def test_job_deleted_behind_kumikos_back_is_pushed_again_without_counting_its_li
     assert dispatch("tests.limited", {}, tenant=tenant).status == "skipped"  # still 3 counted
     assert drain() == {"succeeded": 3}
     assert dispatch("tests.limited", {}, tenant=tenant).status == "queued"  # all given back
+
+
+def test_a_run_recorded_by_a_dispatcher_that_died_before_its_push_is_pushed_and_runs_once(
+    redis_client: Any, traces: Any
+) -> None:
+    # On PostgreSQL dispatch() sends the row's INSERT before the push: a process killed between
+    # them leaves a committed queued row that Redis never saw (dispatching.py).
+    prepared = prepare(registry.get("tests.record"), {"n": 7}, tenant_id=None, user_id=None)
+    records.insert_queued([prepared.row])
+    assert not redis_client.exists(get_keys().job(prepared.job_id))
+    assert drain() == {}  # nothing to run: the push never happened
+    _age(str(prepared.row.id), RunStatus.QUEUED)
+    assert repair_stale_runs(redis_client, get_keys(), "worker") == 1
+    assert drain() == {"succeeded": 1}
+    assert JobRun.objects.get(pk=prepared.row.id).status == RunStatus.SUCCEEDED
+    assert [e["payload"]["n"] for e in traces("record")] == [7]
 
 
 def test_finished_runs_and_other_prefixes_are_never_touched(redis_client: Any, settings: Any) -> None:
