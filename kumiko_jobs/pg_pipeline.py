@@ -12,12 +12,15 @@ dispatch pushes to Redis while PostgreSQL inserts its row. (``SET LOCAL`` would 
 the server answers it with a WARNING on every statement outside an explicit transaction.)
 
 Used only where nothing else expects to see the statement: PostgreSQL through psycopg 3 (not
-psycopg2), outside ``atomic()``, no execute wrappers (instrumentation such as Sentry's or
-django-debug-toolbar's) and no query logging (DEBUG); otherwise ``available`` says no and the
-caller uses a cursor. Prepared statements are named after their SQL's hash. Where one goes
-missing (a pooler such as PgBouncer in transaction mode hands the session to another server
-connection: "prepared statement does not exist"), nothing ran, so the statement is sent again
-unprepared, and that database alias prepares nothing more in this process.
+psycopg2), outside ``atomic()``, no execute wrappers (OpenTelemetry's SQL commenter installs
+one) and no query logging (DEBUG, which django-debug-toolbar reads); otherwise ``available``
+says no and the caller uses a cursor. Tools that patch the cursor class or the driver (Sentry's
+Django integration) do not see these statements.
+
+Prepared statements are named after their SQL's hash. Where one goes missing (a pooler such as
+PgBouncer in transaction mode hands the session to another server connection: "prepared
+statement does not exist"), nothing ran, so the statement is sent again unprepared, and that
+database alias prepares nothing more in this process.
 """
 
 from __future__ import annotations
