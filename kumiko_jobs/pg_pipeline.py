@@ -15,7 +15,8 @@ Used only where nothing else expects to see the statement: PostgreSQL through ps
 psycopg2), outside ``atomic()``, no execute wrappers (OpenTelemetry's SQL commenter installs
 one) and no query logging (DEBUG, which django-debug-toolbar reads); otherwise ``available``
 says no and the caller uses a cursor. Tools that patch the cursor class or the driver (Sentry's
-Django integration) do not see these statements.
+Django integration) do not see these statements; ``PIPELINED_WRITES = False`` sends them
+through a cursor too.
 
 Prepared statements are named after their SQL's hash. Where one goes missing (a pooler such as
 PgBouncer in transaction mode hands the session to another server connection: "prepared
@@ -37,6 +38,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from kumiko_jobs.conf import get_config
+
 _ASYNC_COMMIT = b"SELECT set_config('synchronous_commit', 'off', true)"
 # SQLSTATEs: a name prepared already (ours: names are hashes of the SQL), and one that is gone.
 _DUPLICATE_PREPARED = b"42P05"
@@ -52,6 +55,7 @@ def available(connection: BaseDatabaseWrapper) -> bool:
     """Whether ``send`` may take this connection's next statement."""
     return (
         connection.vendor == "postgresql"
+        and get_config()["PIPELINED_WRITES"] is True
         and not connection.in_atomic_block
         and not connection.execute_wrappers
         and not connection.queries_logged

@@ -180,3 +180,22 @@ def test_a_nul_in_a_text_value_is_stored_replaced_not_cut_off() -> None:
     records.insert_queued([row])
     assert records.update_run(row.id, error="before\x00after", traceback="tb") == 1
     assert JobRun.objects.values_list("error", "traceback").get(pk=row.id) == ("before\ufffdafter", "tb")
+
+
+def _prepared_here() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'kumiko_%%'")
+        return [name for (name,) in cursor.fetchall()]
+
+
+def test_pipelined_writes_off_sends_them_through_a_cursor(settings: Any) -> None:
+    connection.close()  # a fresh session: nothing prepared on it yet
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "PIPELINED_WRITES": False}
+    off = _row("off")
+    records.insert_queued([off])
+    records.update_run(off.id, error="through a cursor")
+    assert _prepared_here() == []
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "PIPELINED_WRITES": True}
+    records.insert_queued([_row("on")])
+    assert len(_prepared_here()) == 1  # the INSERT, prepared on this session
+    assert JobRun.objects.get(job_id="off-job").error == "through a cursor"

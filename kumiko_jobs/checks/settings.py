@@ -230,6 +230,16 @@ def _log_job_lines(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _pipelined_writes(config: dict[str, Any]) -> Iterator[Problem]:
+    if not isinstance(config["PIPELINED_WRITES"], bool):
+        yield (
+            f"KUMIKO_JOBS['PIPELINED_WRITES'] = {config['PIPELINED_WRITES']!r} must be True or False.",
+            "True (the default) sends the run-record writes of dispatch() and the workers through "
+            "libpq's pipeline on PostgreSQL; False sends them through a cursor, for tools that patch it.",
+            "E035",
+        )
+
+
 def _task_module(config: dict[str, Any]) -> Iterator[Problem]:
     module = config["TASK_MODULE"]
     if module is not None and (not isinstance(module, str) or not _MODULE_RE.match(module)):
@@ -272,6 +282,7 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     *SCHEDULE_RULES,
     _scrubber,
     _log_job_lines,
+    _pipelined_writes,
     _task_module,
     _tenant_schemas,
 )

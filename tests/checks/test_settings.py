@@ -47,6 +47,7 @@ def scrub_raises(text: str) -> str:
         ({"SCRUBBER": "tests.checks.test_settings.scrub_to_none"}, "kumiko_jobs.E402", "returned None"),
         ({"SCRUBBER": "tests.checks.test_settings.scrub_raises"}, "kumiko_jobs.E402", "raised"),
         ({"LOG_JOB_LINES": "yes"}, "kumiko_jobs.E403", "LOG_JOB_LINES"),
+        ({"PIPELINED_WRITES": 1}, "kumiko_jobs.E035", "PIPELINED_WRITES"),
         ({"QUEUE_PREFIXX": "x"}, "kumiko_jobs.W001", "not a known setting"),
     ],
 )
