@@ -220,24 +220,27 @@ def _scrubber(config: dict[str, Any]) -> Iterator[Problem]:
         )
 
 
-def _log_job_lines(config: dict[str, Any]) -> Iterator[Problem]:
-    if not isinstance(config["LOG_JOB_LINES"], bool):
-        yield (
-            f"KUMIKO_JOBS['LOG_JOB_LINES'] = {config['LOG_JOB_LINES']!r} must be True or False.",
-            "True copies ctx.log lines (scrubbed) to the 'kumiko_jobs.jobs' logger; the default False "
-            "keeps them on the run record only.",
-            "E403",
-        )
+# Settings that are True or False: (key, hint, check id).
+_BOOLEANS = (
+    (
+        "LOG_JOB_LINES",
+        "True copies ctx.log lines (scrubbed) to the 'kumiko_jobs.jobs' logger; the default False "
+        "keeps them on the run record only.",
+        "E403",
+    ),
+    (
+        "PIPELINED_WRITES",
+        "True (the default) sends the run-record writes of dispatch() and the workers through "
+        "libpq's pipeline on PostgreSQL; False sends them through a cursor, for tools that patch it.",
+        "E035",
+    ),
+)
 
 
-def _pipelined_writes(config: dict[str, Any]) -> Iterator[Problem]:
-    if not isinstance(config["PIPELINED_WRITES"], bool):
-        yield (
-            f"KUMIKO_JOBS['PIPELINED_WRITES'] = {config['PIPELINED_WRITES']!r} must be True or False.",
-            "True (the default) sends the run-record writes of dispatch() and the workers through "
-            "libpq's pipeline on PostgreSQL; False sends them through a cursor, for tools that patch it.",
-            "E035",
-        )
+def _booleans(config: dict[str, Any]) -> Iterator[Problem]:
+    for key, hint, code in _BOOLEANS:
+        if not isinstance(config[key], bool):
+            yield (f"KUMIKO_JOBS[{key!r}] = {config[key]!r} must be True or False.", hint, code)
 
 
 def _task_module(config: dict[str, Any]) -> Iterator[Problem]:
@@ -281,8 +284,7 @@ _RULES: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _retention,
     *SCHEDULE_RULES,
     _scrubber,
-    _log_job_lines,
-    _pipelined_writes,
+    _booleans,
     _task_module,
     _tenant_schemas,
 )
