@@ -123,6 +123,10 @@ def make_project(bin_dir: Path, where: Path, database: str, prefix: str) -> Path
             }}
         """)
     )
+    # How a deployment usually switches DEBUG off: a settings module of its own on top.
+    (where / "mysite" / "production.py").write_text(
+        'from .settings import *  # noqa: F403\n\nDEBUG = False\nALLOWED_HOSTS = ["127.0.0.1"]\n'
+    )
     urls = where / "mysite" / "urls.py"
     text = urls.read_text().replace("from django.urls import path", "from django.urls import include, path")
     text = text.replace(
@@ -195,15 +199,25 @@ def test_a_new_project_runs_jobs_and_shows_them(
     )
     done_id = manage("shell", "--no-imports", "-c", shell % 1).strip()
     more = (
+        "from django.db import connection\n"
         "from kumiko_jobs import dispatch\n"
-        "for i in range(100, 150): dispatch('billing.send_invoice', {'invoice_id': i})"
+        "for i in range(100, 150): dispatch('billing.send_invoice', {'invoice_id': i})\n"
+        "with connection.cursor() as c:\n"
+        "    c.execute(\"SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'kumiko_%'\")\n"
+        "    print(c.fetchone()[0])"
     )
-    manage("shell", "--no-imports", "-c", more)
-    worked = manage("runjobs", "--lane", "worker", "--burst", stderr=True)
+    # startproject's DEBUG = True keeps every query in connection.queries, so the run-record
+    # writes go through a cursor; with DEBUG off (production) they take libpq's pipeline,
+    # prepared on the session (pg_pipeline.py). Both paths run here.
+    assert manage("shell", "--no-imports", "-c", more).strip() == "0"
+    production = {"DJANGO_SETTINGS_MODULE": "mysite.production"}
+    more_in_production = more.replace("100, 150", "150, 200")
+    assert manage("shell", "--no-imports", "-c", more_in_production, **production).strip() == "1"
+    worked = manage("runjobs", "--lane", "worker", "--burst", stderr=True, **production)
     # Django's default logging, CONN_MAX_AGE 0: the worker's lines reach stderr, and it keeps
-    # one connection for its 51 jobs (it once opened one per job).
+    # one connection for its 101 jobs (it once opened one per job).
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
-    assert opened and (int(opened[1]), int(opened[2])) == (51, 1), worked
+    assert opened and (int(opened[1]), int(opened[2])) == (101, 1), worked
     status = manage(
         "shell",
         "--no-imports",
