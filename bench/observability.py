@@ -21,6 +21,7 @@ of the sides, the median round counts. The hook cost without an SDK is timed in 
 
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import time
@@ -33,6 +34,12 @@ from bench.results import Rate, Ratio
 from bench.worker_rate import run_ours
 
 HOOK_CALLS = 20_000
+
+
+def _over(part: float, whole: float) -> float:
+    """part / whole; NaN when a side's CPU per job came out as 0 (with few jobs on a busy
+    machine the idle start can cost as much CPU as the whole run: nothing left to divide by)."""
+    return part / whole if whole > 0 else math.nan
 
 
 @dataclass
@@ -79,14 +86,18 @@ def measure_observability(env: BenchEnv, count: int, rounds: int) -> tuple[list[
         side.rate.note += f"; CPU {side.cpu_us:.0f} µs/job"
     hook_us = hook_microseconds()
     ratios = [
-        Ratio("runjobs CPU per job: without SDK / with SDK (no exporter)", plain.cpu_us / sdk.cpu_us, 0.90),
-        Ratio("runjobs CPU per job: without SDK / with SDK exporting", plain.cpu_us / export.cpu_us, None),
+        Ratio(
+            "runjobs CPU per job: without SDK / with SDK (no exporter)", _over(plain.cpu_us, sdk.cpu_us), 0.90
+        ),
+        Ratio(
+            "runjobs CPU per job: without SDK / with SDK exporting", _over(plain.cpu_us, export.cpu_us), None
+        ),
         Ratio(
             "runjobs rate: with SDK (no exporter) / without, medians",
             sdk.rate.per_second / plain.rate.per_second,
             None,
         ),
-        Ratio("job CPU left by the no-SDK hooks (1 - hooks / job)", 1 - hook_us / plain.cpu_us, 0.99),
+        Ratio("job CPU left by the no-SDK hooks (1 - hooks / job)", 1 - _over(hook_us, plain.cpu_us), 0.99),
     ]
     note = (
         f"Observability: CPU per job {plain.cpu_us:.0f} µs without an SDK, {sdk.cpu_us:.0f} µs with "
