@@ -1,6 +1,7 @@
 """One job thread's loop: finish the previous attempt and claim the next in one round trip, run
-it, repeat. ``runjobs --threads N`` runs N of these; with one thread it runs in the main thread
-(and does the lane's upkeep between jobs, see worker.py).
+it, repeat. ``runjobs --threads N`` runs N of these, whose steps go to Redis together
+(step_batching.py); with one thread it runs in the main thread (and does the lane's upkeep
+between jobs, see worker.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ class JobLoop:
             try:
                 if self.upkeep:
                     w.upkeep()
-                job = finish_and_claim(w.client, w.keys, w.lane, finished, claim)
+                if w.steps is not None:
+                    job = w.steps.finish_and_claim(finished, claim)
+                else:
+                    job = finish_and_claim(w.client, w.keys, w.lane, finished, claim)
             except redis.RedisError as exc:
                 # Redis restarting, failing over or refusing a script: keep the finished attempt
                 # (its record is written) and try again with backoff, instead of dying.

@@ -1,9 +1,12 @@
-"""The lane step, the per-job hot path: finish the previous attempt and claim the next job in
-one round trip (lua/finish_and_claim.lua), plus promotion of due delayed jobs."""
+"""The lane step, the per-job hot path: finish attempts and claim jobs in one round trip
+(lua/finish_and_claim.lua), plus promotion of due delayed jobs. A job thread finishes its
+previous attempt and claims its next job; a --threads process sends its threads' steps together
+(step_batching.py)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -14,7 +17,7 @@ from kumiko_jobs import script_calls
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
-from kumiko_jobs.scripts import NO_ENDING, Ending, FinishAndClaimArgs, PromoteArgs, argv, scripts_for
+from kumiko_jobs.scripts import Ending, FinishAndClaimArgs, PromoteArgs, argv, scripts_for
 
 
 @dataclass(frozen=True)
@@ -62,39 +65,52 @@ def ending_of(outcome: Outcome) -> Ending:
 def finish_and_claim(
     client: redis.Redis, keys: Keys, lane: str, finished: Finished | None = None, claim: Claim | None = None
 ) -> ClaimedJob | None:
-    """Tell Redis how an attempt ended and/or claim the next job, in one round trip. The call
-    also carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
+    """Tell Redis how an attempt ended and/or claim the next job, in one round trip."""
+    jobs = step(client, keys, lane, [finished] if finished else [], [claim] if claim else [])
+    return jobs[0] if jobs else None
+
+
+def step(
+    client: redis.Redis, keys: Keys, lane: str, finished: Sequence[Finished], claims: Sequence[Claim]
+) -> list[ClaimedJob]:
+    """Tell Redis how attempts ended and claim up to ``len(claims)`` jobs, in one script call:
+    the jobs claimed, in claim order (fewer when the lane ran dry). Claims are taken one after
+    the other from the ring, as separate calls would take them, so fairness and caps are the
+    same. All claims share one worker name and lease deadline (the latest). The call also
+    carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
     now = datetime.now(UTC)
-    if finished is not None:
-        outcome = finished.outcome
-        tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, now.timestamp())
-    counts = tally.take(lane, force=claim is None)
+    stamp = now.timestamp()
+    items: list[object] = []
+    for attempt in finished:
+        outcome = attempt.outcome
+        tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, stamp)
+        items += (attempt.job_id, attempt.member, *ending_of(outcome))
+    items += (claim.execution_id for claim in claims)
+    counts = tally.take(lane, force=not claims)
     args = FinishAndClaimArgs(
-        now=now.timestamp(),
+        now=stamp,
         now_iso=utcformat(now),
-        worker=claim.worker if claim else "",
-        deadline=claim.deadline if claim else 0.0,
-        job_id=finished.job_id if finished else "",
-        member=finished.member if finished else "",
-        claim="1" if claim else "",
-        execution_id=claim.execution_id if claim else "",
+        worker=claims[0].worker if claims else "",
+        deadline=max((claim.deadline for claim in claims), default=0.0),
         lane_prefix=keys.lane(lane),
+        finished=len(finished),
+        claims=len(claims),
         counts=len(counts) // 5,
     )
-    ending = ending_of(finished.outcome) if finished else NO_ENDING
     try:
         raw = script_calls.call(
             client,
             scripts_for(client).finish_and_claim,
             [*keys.outcome_registries(lane), keys.queue(lane)],
-            argv(args, *ending, *counts),
+            argv(args, *items, *counts),
         )
     except redis.RedisError:
         tally.give_back(lane, counts)  # counted with the next call
         raise
-    if not raw:
-        return None
-    return ClaimedJob(job_id=raw[0].decode(), data=raw[1], meta_raw=raw[2])
+    return [
+        ClaimedJob(job_id=raw[i].decode(), data=raw[i + 1], meta_raw=raw[i + 2])
+        for i in range(0, len(raw), 3)
+    ]
 
 
 def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) -> float | None:

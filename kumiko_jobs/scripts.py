@@ -60,22 +60,18 @@ class Ending(NamedTuple):
     current_flow: str  # the job's flow under this deploy, when a deploy changed it ('')
 
 
-NO_ENDING = Ending("", 0, 0.0, "", b"", "", "", "")
-
-
 class FinishAndClaimArgs(NamedTuple):
-    """ARGV of lua/finish_and_claim.lua; an Ending follows, then ``counts`` entries of ended-
-    attempt counts (hour, outcome, count, job, tenant: outcome_counts.py)."""
+    """ARGV of lua/finish_and_claim.lua. Then follow ``finished`` entries of (job id, its lease
+    member in the started registry, an Ending), ``claims`` execution ids, and ``counts`` entries
+    of ended-attempt counts (hour, outcome, count, job, tenant: outcome_counts.py)."""
 
     now: float
     now_iso: str
     worker: str
-    deadline: float  # lease of the claimed run
-    job_id: str  # the finished run ('' when nothing finished)
-    member: str  # the finished run's lease member in the started registry
-    claim: str  # '1': claim the next job
-    execution_id: str
+    deadline: float  # lease of the claimed runs
     lane_prefix: str
+    finished: int
+    claims: int
     counts: int
 
 

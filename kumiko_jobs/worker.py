@@ -1,7 +1,8 @@
 """The lane worker: RQ's SimpleWorker (registration, signals, dashboards) with a lean hot path.
 
 Per job it makes one Redis round trip (finish the previous job and claim the next in one
-script, lane.finish_and_claim) and one or two UPDATEs of the run record. Jobs run in-process;
+script, lane.finish_and_claim; with --threads N, the steps of threads that reach it together
+share one, step_batching.py) and one or two UPDATEs of the run record. Jobs run in-process;
 the README explains why (measured: forking per job costs ~2x and a DB connection per job).
 
 ``--threads N`` runs N job loops (job_loop.py) in threads of one process, each with its own
@@ -43,6 +44,7 @@ from kumiko_jobs.rebuild import push_waiting, rebuild_step
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
+from kumiko_jobs.step_batching import StepBatcher
 from kumiko_jobs.timeouts import watchdog
 
 logger = logging.getLogger("kumiko_jobs.worker")
@@ -95,6 +97,7 @@ class LaneWorker(SimpleWorker):
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
         self._loops: list[JobLoop] = []
         self._stuck: set[int] = set()  # job threads whose handler ignored its timeout
+        self.steps: StepBatcher | None = None  # --threads N: the job threads' lane steps, sent together
 
     def work(  # type: ignore[override]
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
@@ -133,6 +136,7 @@ class LaneWorker(SimpleWorker):
             except redis.RedisError:
                 logger.warning("worker %s: Redis unreachable while unregistering", self.name)
         done = sum(self.counts.values())
+        self._log_batching()
         logger.info(
             "worker %s stopped after %d jobs %s; database connections opened: %d",
             self.name,
@@ -147,6 +151,7 @@ class LaneWorker(SimpleWorker):
 
     def _run_threads(self, burst: bool) -> None:
         watchdog().on_stuck = self._on_stuck
+        self.steps = StepBatcher(self.client, self.keys, self.lane)
         threads = start_threads(self, self.threads, burst)
         self._loops = [loop for _thread, loop in threads]
         recycle_deadline: float | None = None
@@ -275,6 +280,17 @@ class LaneWorker(SimpleWorker):
             raise
         except Exception:
             logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
+
+    def _log_batching(self) -> None:
+        steps = self.steps
+        if steps is not None and steps.calls:
+            logger.info(
+                "worker %s: %d lane steps in %d script calls (%.2f a call)",
+                self.name,
+                steps.requests,
+                steps.calls,
+                steps.requests / steps.calls,
+            )
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
         from django.db import connection
