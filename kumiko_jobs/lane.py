@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
 from rq.utils import utcformat
@@ -71,13 +72,20 @@ def finish_and_claim(
 
 
 def step(
-    client: redis.Redis, keys: Keys, lane: str, finished: Sequence[Finished], claims: Sequence[Claim]
+    client: redis.Redis,
+    keys: Keys,
+    lane: str,
+    finished: Sequence[Finished],
+    claims: Sequence[Claim],
+    *,
+    connection: Any = None,
 ) -> list[ClaimedJob]:
     """Tell Redis how attempts ended and claim up to ``len(claims)`` jobs, in one script call:
     the jobs claimed, in claim order (fewer when the lane ran dry). Claims are taken one after
     the other from the ring, as separate calls would take them, so fairness and caps are the
     same. All claims share one worker name and lease deadline (the latest). The call also
-    carries the process's tally of ended attempts when a flush is due (outcome_counts.py)."""
+    carries the process's tally of ended attempts when a flush is due (outcome_counts.py).
+    ``connection``: a connection of the caller's own (script_calls.call)."""
     now = datetime.now(UTC)
     stamp = now.timestamp()
     items: list[object] = []
@@ -103,6 +111,7 @@ def step(
             scripts_for(client).finish_and_claim,
             [*keys.outcome_registries(lane), keys.queue(lane)],
             argv(args, *items, *counts),
+            connection=connection,
         )
     except redis.RedisError:
         tally.give_back(lane, counts)  # counted with the next call

@@ -40,28 +40,50 @@ def send(connection: Any, script: Script, keys: Sequence[str], args: Sequence[An
     connection.send_packed_command([pack("EVALSHA", script.sha, len(keys), *keys, *args)], check_health=False)
 
 
-def call(client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+def call(
+    client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any], *, connection: Any = None
+) -> Any:
     """Run ``script`` and return its reply. A script Redis does not know yet (first use, a
     restarted server) and a connection that failed are handed to redis-py's own call, which
-    loads the script and applies the client's retry policy."""
-    pool = client.connection_pool
-    try:
-        connection = pool.get_connection()
-    except (redis.ConnectionError, redis.TimeoutError):
+    loads the script and applies the client's retry policy.
+
+    ``connection``: one of the client's connections that only this caller uses (the --threads
+    lane steps, step_batching.py). Taking one from the pool per call costs a lock, a select()
+    on its socket and redis-py's connection-count metrics: tens of microseconds, and with
+    --threads N every system call is a chance for another thread to take the GIL."""
+    if connection is not None:
+        reply = _call_on(connection, script, keys, args)
+    else:
+        pool = client.connection_pool
+        try:
+            taken = pool.get_connection()
+        except (redis.ConnectionError, redis.TimeoutError):
+            return script(keys=list(keys), args=list(args), client=client)
+        try:
+            reply = _call_on(taken, script, keys, args)
+        finally:
+            pool.release(taken)
+    if reply is _HAND_OVER:
         return script(keys=list(keys), args=list(args), client=client)
+    return reply
+
+
+_HAND_OVER = object()  # _call_on: let redis-py's own script call do it
+
+
+def _call_on(connection: Any, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
     try:
         send(connection, script, keys, args)
         return connection.read_response()
     except redis.exceptions.NoScriptError:
-        pass
+        return _HAND_OVER
     except redis.ResponseError:
         raise  # the script's own error: the connection read all of it and stays usable
     except (redis.ConnectionError, redis.TimeoutError):
-        # The reply may still be in flight: never hand this socket to anyone else.
-        connection.disconnect()  # type: ignore[no-untyped-call]
+        # The reply may still be in flight: never send on this socket again (a dedicated
+        # connection reconnects on its next send).
+        connection.disconnect()
+        return _HAND_OVER
     except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]
+        connection.disconnect()
         raise
-    finally:
-        pool.release(connection)
-    return script(keys=list(keys), args=list(args), client=client)

@@ -12,6 +12,7 @@ finished attempt is kept and sent again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 
@@ -28,6 +29,14 @@ class StepBatcher(Combiner[Step, ClaimedJob | None]):
     def __init__(self, client: redis.Redis, keys: Keys, lane: str) -> None:
         super().__init__(self._send_steps)
         self.client, self.keys, self.lane = client, keys, lane
+        # Taken from the pool on the first call and kept: only the leading thread uses it.
+        self._connection: Any = None
+
+    def close(self) -> None:
+        """Give the batcher's connection back to the pool (the worker stops)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self.client.connection_pool.release(connection)
 
     def finish_and_claim(self, finished: Finished | None, claim: Claim | None) -> ClaimedJob | None:
         return self.submit((finished, claim))
@@ -35,6 +44,8 @@ class StepBatcher(Combiner[Step, ClaimedJob | None]):
     def _send_steps(self, steps: Sequence[Step]) -> list[ClaimedJob | None]:
         finished = [done for done, _claim in steps if done is not None]
         claims = [claim for _done, claim in steps if claim is not None]
-        jobs = iter(step(self.client, self.keys, self.lane, finished, claims))
+        if self._connection is None:
+            self._connection = self.client.connection_pool.get_connection()
+        jobs = iter(step(self.client, self.keys, self.lane, finished, claims, connection=self._connection))
         # The claimed jobs in claim order; claims past the lane's end get None.
         return [next(jobs, None) if claim is not None else None for _done, claim in steps]

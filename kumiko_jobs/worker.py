@@ -130,6 +130,8 @@ class LaneWorker(SimpleWorker):
                 pass  # the lane's next idle moment resets the count
             self.leases.stop()
             self.marker.stop()
+            if self.steps is not None:
+                self.steps.close()
             try:
                 self.client.srem(self.keys.claimers(self.lane), self.name)
                 self.teardown()  # type: ignore[no-untyped-call]

@@ -44,3 +44,26 @@ def test_a_script_error_is_raised_and_the_connection_stays_usable(redis_client: 
     with pytest.raises(redis.ResponseError, match="kumiko test: refused"):
         script_calls.call(redis_client, script, [], [])
     assert redis_client.ping()
+
+
+def test_a_dedicated_connection_bypasses_the_pool_and_survives_being_killed(
+    redis_client: redis.Redis,
+) -> None:
+    script = redis_client.register_script("return ARGV[1]")
+    pool = redis_client.connection_pool
+    own = pool.get_connection()
+    try:
+        in_use = len(pool._in_use_connections)  # redis-py keeps no public count
+        assert script_calls.call(redis_client, script, [], ["first"], connection=own) == b"first"
+        assert len(pool._in_use_connections) == in_use  # nothing taken from the pool for it
+        own.send_command("CLIENT", "ID")
+        own_id = own.read_response()
+        # The server drops the connection: this call falls back to redis-py's (through the pool),
+        # and the dedicated connection reconnects on its next call.
+        redis_client.client_kill_filter(_id=own_id)
+        assert script_calls.call(redis_client, script, [], ["second"], connection=own) == b"second"
+        assert script_calls.call(redis_client, script, [], ["third"], connection=own) == b"third"
+        own.send_command("CLIENT", "ID")
+        assert own.read_response() != own_id
+    finally:
+        pool.release(own)
