@@ -130,8 +130,6 @@ class LaneWorker(SimpleWorker):
                 pass  # the lane's next idle moment resets the count
             self.leases.stop()
             self.marker.stop()
-            if self.steps is not None:
-                self.steps.close()
             try:
                 self.client.srem(self.keys.claimers(self.lane), self.name)
                 self.teardown()  # type: ignore[no-untyped-call]
@@ -168,6 +166,10 @@ class LaneWorker(SimpleWorker):
             except redis.RedisError:
                 pass  # the job threads wait out the outage and report it
             time.sleep(UPKEEP_TICK)
+        if not any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
+            # No job thread can be inside a lane step now. (After a recycle's wait ran out one
+            # may be: its connection is left to the exiting process, never handed on.)
+            self.steps.close()
 
     # Shared by the job loops --------------------------------------------------------------
     def stopping(self) -> bool:
