@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from kumiko_jobs.execution import run_claimed
-from kumiko_jobs.lane import Claim, ClaimedJob, Finished, finish_and_claim, promote_due
+from kumiko_jobs.lane import Claim, ClaimedJob, Finished, promote_due
 from kumiko_jobs.outage import RedisOutage
 
 if TYPE_CHECKING:
@@ -47,10 +47,7 @@ class JobLoop:
             try:
                 if self.upkeep:
                     w.upkeep()
-                if w.steps is not None:
-                    job = w.steps.finish_and_claim(finished, claim)
-                else:
-                    job = finish_and_claim(w.client, w.keys, w.lane, finished, claim)
+                job = w.steps.finish_and_claim(finished, claim)
             except redis.RedisError as exc:
                 # Redis restarting, failing over or refusing a script: keep the finished attempt
                 # (its record is written) and try again with backoff, instead of dying.

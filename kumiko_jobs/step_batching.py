@@ -24,7 +24,8 @@ Step = tuple[Finished | None, Claim | None]
 
 
 class StepBatcher(Combiner[Step, ClaimedJob | None]):
-    """lane.finish_and_claim for the job threads of one process."""
+    """lane.finish_and_claim for the job loops of one worker process (a single-thread worker's
+    steps go through it too, one call each, on its own connection)."""
 
     def __init__(self, client: redis.Redis, keys: Keys, lane: str) -> None:
         super().__init__(self._send_steps)

@@ -97,7 +97,8 @@ class LaneWorker(SimpleWorker):
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
         self._loops: list[JobLoop] = []
         self._stuck: set[int] = set()  # job threads whose handler ignored its timeout
-        self.steps: StepBatcher | None = None  # --threads N: the job threads' lane steps, sent together
+        # Every job loop's lane step goes through it; with --threads N, steps that meet are sent together.
+        self.steps = StepBatcher(self.client, self.keys, self.lane)
 
     def work(  # type: ignore[override]
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
@@ -130,6 +131,8 @@ class LaneWorker(SimpleWorker):
                 pass  # the lane's next idle moment resets the count
             self.leases.stop()
             self.marker.stop()
+            if self.threads == 1:
+                self.steps.close()  # the main thread was its only user (threads: _run_threads)
             try:
                 self.client.srem(self.keys.claimers(self.lane), self.name)
                 self.teardown()  # type: ignore[no-untyped-call]
@@ -151,7 +154,6 @@ class LaneWorker(SimpleWorker):
 
     def _run_threads(self, burst: bool) -> None:
         watchdog().on_stuck = self._on_stuck
-        self.steps = StepBatcher(self.client, self.keys, self.lane)
         threads = start_threads(self, self.threads, burst)
         self._loops = [loop for _thread, loop in threads]
         recycle_deadline: float | None = None
@@ -287,7 +289,7 @@ class LaneWorker(SimpleWorker):
 
     def _log_batching(self) -> None:
         steps = self.steps
-        if steps is not None and steps.calls:
+        if self.threads > 1 and steps.calls:
             logger.info(
                 "worker %s: %d lane steps in %d script calls (%.2f a call)",
                 self.name,
