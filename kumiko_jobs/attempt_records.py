@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from kumiko_jobs import run_rows
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import insert_queued, update_run
+from kumiko_jobs.records import insert_queued, start_update_run, update_run
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -69,8 +69,17 @@ def mark_succeeded(
     *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
 ) -> None:
     """``result``: a Django task's JSON return value (None is the column's default, never written)."""
+    start_succeeded(meta=meta, now=now, logs=logs, started=started, result=result)()
+
+
+def start_succeeded(
+    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
+) -> Callable[[], None]:
+    """mark_succeeded with its UPDATE sent (through pg_pipeline) and not yet answered: the
+    returned function waits for the answer. Where pg_pipeline cannot take it, the whole write
+    is done before this returns."""
     values: dict[str, Any] = {} if result is None else {"result": result}
-    _finish(
+    return _start_finish(
         meta,
         started,
         status=RunStatus.SUCCEEDED,
@@ -148,6 +157,12 @@ def mark_deferred(
 def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
     """Write an attempt's outcome. With ``started`` the row also gets the start (a worker may
     skip the separate "running" write for short runs), and is created if it is missing."""
+    _start_finish(meta, started, **values)()
+
+
+def _start_finish(meta: JobMeta, started: Started | None, **values: Any) -> Callable[[], None]:
+    """_finish with its UPDATE sent, and the rest (its answer, a missing row) left to the
+    returned function; where pg_pipeline cannot send it, all of it is done now."""
     if started is not None:
         values.setdefault("attempt", meta.attempt)
         values = {
@@ -156,12 +171,25 @@ def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
             "max_attempts": meta.max_attempts,
             **values,
         }
-    if update_run(meta.run_id, **values) or started is None:
+    pending = start_update_run(meta.run_id, **values)
+    if pending is None:
+        _create_if_missing(meta, started, values, update_run(meta.run_id, **values))
+        return _written
+    return lambda: _create_if_missing(meta, started, values, pending.wait())
+
+
+def _create_if_missing(meta: JobMeta, started: Started | None, values: dict[str, Any], updated: int) -> None:
+    """After an outcome's UPDATE that found no row (``updated`` 0): the row did not exist yet."""
+    if updated or started is None:
         return
     mark_running(
         meta=meta, job_id=started.job_id, payload=started.payload, worker=started.worker, now=started.at
     )
     update_run(meta.run_id, **values)
+
+
+def _written() -> None:
+    """What is left of a write done in full already."""
 
 
 def mark_requeued(

@@ -35,7 +35,10 @@ class RunObserver(Protocol):
     """How a worker records that a run started: ``started`` when it does, ``finishing`` right
     before its outcome is written (nothing may record the start after that). ``finishing``
     says whether the start was recorded (and job_started sent) on its own; if not, the outcome
-    write records it and the outcome policy announces it."""
+    write records it and the outcome policy announces it. ``settles_later``: the caller settles
+    a success's ``Outcome`` after telling Redis (outcomes.py)."""
+
+    settles_later: bool
 
     def started(self, meta: JobMeta, start: attempt_records.Started) -> None: ...
 
@@ -44,6 +47,8 @@ class RunObserver(Protocol):
 
 class RecordStartAtOnce:
     """Write "running" before the handler runs (drain(), boot gates)."""
+
+    settles_later = False
 
     def started(self, meta: JobMeta, start: attempt_records.Started) -> None:
         records.safe(
@@ -154,7 +159,9 @@ def execute(
         return outcomes.deferred(definition, job_id, meta, result.delay_ms, log.lines, start)
     # Only a task's return value is kept (checked JSON by its runner); a job's is ignored.
     returned = result if definition.task is not None else None
-    return outcomes.succeeded(definition, job_id, meta, log.lines, start, result=returned)
+    return outcomes.succeeded(
+        definition, job_id, meta, log.lines, start, result=returned, settle_later=observer.settles_later
+    )
 
 
 def call_handler(definition: JobDefinition, payload: dict[str, Any], ctx: JobContext) -> Any:

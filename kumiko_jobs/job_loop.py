@@ -10,6 +10,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -36,6 +37,9 @@ class JobLoop:
         self.thread_ident = threading.get_ident()
         w = self.worker
         finished: Finished | None = None  # the attempt whose outcome Redis is told next
+        # What is left of that attempt's success once Redis is told (outcomes.py): its record
+        # write's answer, which overlaps the lane step, and its signals.
+        settle: Callable[[], None] | None = None
         outage = RedisOutage(w.name)
         while True:
             ticket = not w.stopping() and w.take_ticket()
@@ -45,9 +49,15 @@ class JobLoop:
             execution_id = f"{random.getrandbits(48):012x}"
             claim = Claim(w.name, execution_id, time.time() + w.lease) if ticket else None
             try:
-                if self.upkeep:
-                    w.upkeep()
-                job = w.steps.finish_and_claim(finished, claim)
+                try:
+                    if self.upkeep and w.upkeep_due():
+                        # Upkeep's repairs use this thread's database connection, which a
+                        # settling write holds until its answer is read.
+                        settle = _settled(settle)
+                        w.upkeep()
+                    job = w.steps.finish_and_claim(finished, claim)
+                finally:
+                    settle = _settled(settle)
             except redis.RedisError as exc:
                 # Redis restarting, failing over or refusing a script: keep the finished attempt
                 # (its record is written) and try again with backoff, instead of dying.
@@ -68,6 +78,7 @@ class JobLoop:
                 continue
             w.note_claim()
             finished = self._run(job, execution_id)
+            settle = finished.outcome.settle
 
     def _run(self, job: ClaimedJob, execution_id: str) -> Finished:
         w = self.worker
@@ -101,6 +112,13 @@ class JobLoop:
         except redis.RedisError as exc:
             outage.wait(exc)
         return True
+
+
+def _settled(settle: Callable[[], None] | None) -> Callable[[], None] | None:
+    """Settle what is left of a success (once) and say nothing is left."""
+    if settle is not None:
+        settle()
+    return None
 
 
 def nothing_due(worker: LaneWorker) -> bool:

@@ -3,6 +3,13 @@
 Every policy function writes the run record first and then returns the ``Outcome`` the worker
 applies in Redis (lane.finish_and_claim), so what Redis is told never gets ahead of the record
 (attempt_records.py explains why that order makes crashes repairable).
+
+One exception, for the worker's hot path: a success whose write goes through pg_pipeline may
+be left *settling* (``settle_later``). Its UPDATE is sent, so PostgreSQL has the statement
+before Redis hears of the outcome, and the worker waits for the answer, and then says the
+success (log line, metrics, signals), right after its lane step: the two round trips overlap
+instead of adding up. A success is final, so nothing else writes its row meanwhile; retries,
+deferrals and failures keep the strict order, since their run goes back into a queue.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ import logging
 import time
 import traceback as tb
 import zlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -58,6 +66,9 @@ class Outcome:
     # Whose attempt it was, for the lane's hourly counters ('' for data that is not a job).
     job_name: str = ""
     tenant_id: str | None = None
+    # What is left of a success left settling: wait for its record write, then say it. The
+    # worker calls it once, right after telling Redis; None when nothing is left.
+    settle: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 def release_of(definition: JobDefinition | None, meta: JobMeta) -> Release:
@@ -80,24 +91,40 @@ def succeeded(
     start: attempt_records.Started | None,
     *,
     result: Any = None,
+    settle_later: bool = False,
 ) -> Outcome:
-    """``result``: what a Django task returned (stored on the run); None for jobs."""
-    records.safe(
+    """``result``: what a Django task returned (stored on the run); None for jobs.
+    ``settle_later``: leave the write's answer, and saying the success, to ``Outcome.settle``."""
+    now = datetime.now(UTC)
+    written = records.safe_later(
+        attempt_records.start_succeeded,
         attempt_records.mark_succeeded,
         meta=meta,
-        now=datetime.now(UTC),
+        now=now,
         logs=logs,
         started=start,
         result=result,
     )
-    if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
-        # A success clears the tenant's failure record of the same subject.
-        records.safe(failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject)
-    run_events.attempt_ended(meta, job_id, "succeeded", started_at=start.at if start else None, final=True)
-    _announce_start(meta, job_id, start)
-    run_events.succeeded(meta, job_id)
+
+    def settle() -> None:
+        written()
+        if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
+            # A success clears the tenant's failure record of the same subject.
+            records.safe(failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject)
+        started_at = start.at if start else None
+        run_events.attempt_ended(meta, job_id, "succeeded", started_at=started_at, final=True, ended_at=now)
+        _announce_start(meta, job_id, start)
+        run_events.succeeded(meta, job_id)
+
+    if not settle_later:
+        settle()
     return Outcome(
-        "ok", "succeeded", release_of(definition, meta), ttl=int(get_config()["RESULT_TTL"]), **_whose(meta)
+        "ok",
+        "succeeded",
+        release_of(definition, meta),
+        ttl=int(get_config()["RESULT_TTL"]),
+        settle=settle if settle_later else None,
+        **_whose(meta),
     )
 
 

@@ -129,17 +129,28 @@ def _execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -
 def update_run(run_id: str | uuid.UUID, **values: Any) -> int:
     """UPDATE one run by primary key. The SQL text is built once per set of columns: the ORM's
     per-call query compilation cost as much as the statement itself on the worker's hot path."""
+    pending = start_update_run(run_id, **values)
+    if pending is not None:
+        return pending.wait()
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
-    if pg_pipeline.available(connection):
-        text_sql, converters = _update_text(alias, tuple(values))
-        params = [convert(value) for convert, value in zip(converters, values.values(), strict=True)]
-        params.append(pg_pipeline.text(uuid.UUID(str(run_id))))
-        return pg_pipeline.execute(connection, text_sql, params)
     sql = _update_sql(alias, tuple(values))
     params = [_FIELDS[name].get_db_prep_save(value, connection) for name, value in values.items()]
     params.append(_FIELDS["id"].get_db_prep_value(uuid.UUID(str(run_id)), connection))
     return _execute(connection, sql, params)
+
+
+def start_update_run(run_id: str | uuid.UUID, **values: Any) -> pg_pipeline.Pending | None:
+    """update_run's statement sent through pg_pipeline and not yet answered (its ``wait()``
+    gives the row count); None where pg_pipeline cannot take it (nothing was sent)."""
+    alias = router.db_for_write(JobRun)
+    connection = connections[alias]
+    if not pg_pipeline.available(connection):
+        return None
+    text_sql, converters = _update_text(alias, tuple(values))
+    params = [convert(value) for convert, value in zip(converters, values.values(), strict=True)]
+    params.append(pg_pipeline.text(uuid.UUID(str(run_id))))
+    return pg_pipeline.send(connection, text_sql, params)
 
 
 _FIELDS = {field.name: field for field in JobRun._meta.concrete_fields}
@@ -198,6 +209,31 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
             return True
         return False
     return False
+
+
+def safe_later[**P](
+    start: Callable[P, Callable[[], object]], write: Callable[P, object], *args: P.args, **kwargs: P.kwargs
+) -> Callable[[], bool]:
+    """``safe(write, ...)`` in two halves: ``start`` sends the write now, and the function it
+    returns waits for the answer; the function returned here calls that and says whether the
+    write landed. Where sending or waiting fails, ``safe`` does the whole write again (every
+    write here is idempotent), so a failure is handled as ``safe`` handles it."""
+    try:
+        wait = start(*args, **kwargs)
+    except Exception:
+        logger.warning("kumiko_jobs: sending run record write %s failed; writing it again", start.__name__)
+        landed = safe(write, *args, **kwargs)
+        return lambda: landed
+
+    def settle() -> bool:
+        try:
+            wait()
+        except Exception:
+            logger.warning("kumiko_jobs: run record write %s failed; writing it again", start.__name__)
+            return safe(write, *args, **kwargs)
+        return True
+
+    return settle
 
 
 def mark_dropped(

@@ -41,15 +41,17 @@ def attempt_ended(
     error: str | None = None,
     deferral: str | None = None,
     exc: BaseException | None = None,
+    ended_at: datetime | None = None,
 ) -> None:
     """Log ``outcome`` (succeeded, retried, failed, deferred, requeued) of one attempt (``error``
     is scrubbed text) and record its metrics; ``deferral`` says why a run was put back without
     using an attempt (handler, over_cap, unknown_job). For a Django task's run, send
-    ``task_finished`` when it is final (``exc``: what failed it)."""
+    ``task_finished`` when it is final (``exc``: what failed it). ``ended_at``: when the attempt
+    ended, where that was before now (a worker says a success after its next lane step)."""
     definition = registry.find(meta.job_name)
     if definition is not None and definition.task is not None:
         task_execution.attempt_ended(definition, meta, outcome, final=final, exc=exc)
-    seconds = (datetime.now(UTC) - started_at).total_seconds() if started_at else None
+    seconds = ((ended_at or datetime.now(UTC)) - started_at).total_seconds() if started_at else None
     metrics.attempt_ended(meta.job_name, outcome, seconds, wrapper=wrapped_job(meta.job_name) is not None)
     if deferral is not None:
         metrics.deferrals.add(1, {"job": meta.job_name, "reason": deferral})

@@ -22,6 +22,9 @@ Pending = tuple[JobMeta, attempt_records.Started, int]  # the run, and its entry
 
 
 class RunningMarker(threading.Thread):
+    # The worker's job loop settles a success after its lane step (job_loop.py).
+    settles_later = True
+
     def __init__(self, delay: float) -> None:
         super().__init__(name="kumiko-running-marker", daemon=True)
         self.delay = delay

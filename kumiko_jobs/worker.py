@@ -255,6 +255,15 @@ class LaneWorker(SimpleWorker):
             raise StopRequested  # idle: leave the wait for work at once
 
     # Upkeep -------------------------------------------------------------------------------
+    def upkeep_due(self) -> bool:
+        """Whether upkeep() has anything to do now."""
+        now = time.time()
+        if self.schedule and now >= self.next_promote:
+            return True
+        return now >= min(
+            self._next_reap, self._next_repair, self._next_outbox, self._next_claims_flush, self._next_rebuild
+        )
+
     def upkeep(self) -> None:
         now = time.time()
         if self.schedule and now >= self.next_promote:
