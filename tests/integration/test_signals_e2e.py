@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from kumiko_jobs import dispatch
+from kumiko_jobs.models import JobRun
 from tests.integration.conftest import StartWorker
 from tests.integration.support import wait_until
 from tests.testapp.signals import signals_key
@@ -57,3 +58,26 @@ def test_a_workers_outcome_counts_reach_redis_within_a_second_of_going_idle(
     assert wait_until(lambda: counted() == 6, 5, "six succeeded runs counted")
     per_tenant = lane_stats.tenant_outcomes(redis_client, get_keys(), [str(t.pk) for t in tenants[:2]])
     assert [per_tenant[str(t.pk)]["succeeded"] for t in tenants[:2]] == [3, 3]
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_a_busy_worker_says_each_success_once_and_its_upkeep_finds_its_connection_free(
+    threads: str, start_worker: StartWorker, tenants: list[Any], redis_client: redis.Redis
+) -> None:
+    # Successes settle after the worker's next lane step (outcomes.py); a busy worker keeps one
+    # settling at nearly every step, and its upkeep (the outbox every 2 s reads the records on
+    # the same connection) comes due among them. DEBUG off, as in production: DEBUG's query
+    # log keeps the writes off libpq's pipeline, and nothing would be left settling.
+    runs = [dispatch("tests.sleeper", {"seconds": 0.02}, tenant=tenants[n % 2]) for n in range(150)]
+    worker = start_worker("worker", "--threads", threads, env={"DJANGO_DEBUG": "0"})
+
+    def succeeded() -> list[str]:
+        entries = [json.loads(raw) for raw in redis_client.lrange(signals_key(), 0, -1)]
+        mine = [e for e in entries if e["signal"] == "job_succeeded" and e["pid"] == worker.pid]
+        return [e["run"]["run_id"] for e in mine]
+
+    wait_until(lambda: len(succeeded()) >= len(runs), 30, "every run's job_succeeded")
+    assert sorted(succeeded()) == sorted(str(r.run_id) for r in runs)
+    assert JobRun.objects.filter(status="succeeded").count() == len(runs)
+    output = worker.output()
+    assert "failed" not in output and "retrying" not in output, output
