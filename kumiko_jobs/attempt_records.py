@@ -4,10 +4,10 @@ retry, failed, deferred, requeued), each one guarded UPDATE through ``records.up
 Workers write a state *before* telling Redis about it, so a crash in between leaves the run
 registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
 that claims it is still running. A success may be told while its UPDATE is still in flight
-(``start_succeeded``, outcomes.py): PostgreSQL has the statement by then and runs it even if the
-worker dies, and should it fail, the stale-run repair (repair.py) finds the row. An outcome write that carries the attempt's start
-(``Started``) also records the start, so a short run costs one commit, and creates the row if
-the dispatcher's insert has not landed yet.
+(``start_succeeded``, outcomes.py): PostgreSQL has the statement by then and runs it even if
+the worker dies, and should it fail, the stale-run repair (repair.py) finds the row. An outcome
+write that carries the attempt's start (``Started``) also records the start, so a short run
+costs one commit, and creates the row if the dispatcher's insert has not landed yet.
 """
 
 from __future__ import annotations

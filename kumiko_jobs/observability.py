@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,24 @@ def tracing_enabled() -> bool:
     """True when an SDK tracer provider is installed (only then are spans worth making)."""
     # type() rather than isinstance(): these are ABCs, whose isinstance is several times slower.
     return type(trace.get_tracer_provider()) not in _NO_TRACER
+
+
+def in_this_context(func: Callable[[], None]) -> Callable[[], None]:
+    """``func``, to be called later with the OpenTelemetry context current now: a success the
+    worker says after its process span ended (outcomes.py) keeps the span's ids on its log line
+    and its receivers' spans (a job they dispatch) in the attempt's trace."""
+    if not tracing_enabled():
+        return func
+    context = otel_context.get_current()
+
+    def within() -> None:
+        token = otel_context.attach(context)
+        try:
+            func()
+        finally:
+            otel_context.detach(token)
+
+    return within
 
 
 # Correlation ---------------------------------------------------------------------------------

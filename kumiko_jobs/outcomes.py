@@ -32,7 +32,7 @@ from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
 from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
-from kumiko_jobs.observability import record_failure
+from kumiko_jobs.observability import in_this_context, record_failure
 from kumiko_jobs.scrubbing import scrub
 
 logger = logging.getLogger("kumiko_jobs")
@@ -123,7 +123,7 @@ def succeeded(
         "succeeded",
         release_of(definition, meta),
         ttl=int(get_config()["RESULT_TTL"]),
-        settle=settle if settle_later else None,
+        settle=in_this_context(settle) if settle_later else None,
         **_whose(meta),
     )
 

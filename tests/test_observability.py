@@ -15,7 +15,7 @@ from opentelemetry.semconv.attributes import error_attributes, exception_attribu
 from opentelemetry.trace import SpanKind, StatusCode
 
 from kumiko_jobs import dispatch, observability
-from kumiko_jobs.connection import get_keys
+from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun
@@ -253,3 +253,37 @@ def test_correlation_id_of_the_scope_reaches_the_run(traces: Any) -> None:
     drain()
     assert traces("record")[0]["corr"] == "req-123"
     assert JobRun.objects.get(pk=result.run_id).correlation_id == "req-123"
+
+
+def test_a_success_said_after_the_lane_step_is_said_in_its_attempts_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    # A worker says a success after its process span ended (outcomes.py, settle_later): its
+    # receivers still run in that span's context, so what they dispatch joins the trace.
+    from kumiko_jobs import signals
+    from kumiko_jobs.execution import RecordStartAtOnce, run_claimed
+    from kumiko_jobs.lane import Claim, Finished, finish_and_claim
+
+    class SettlingLater(RecordStartAtOnce):
+        settles_later = True
+
+    def follow_up(sender: str, run: signals.RunInfo, **extra: Any) -> None:
+        dispatch("tests.api_record", {"n": "follow-up"})
+
+    dispatch("tests.record", {})
+    client, keys = get_redis(), get_keys()
+    job = finish_and_claim(client, keys, "worker", claim=Claim("tests", "x", 9e9))
+    assert job is not None
+    signals.job_succeeded.connect(follow_up, sender="tests.record", weak=False)
+    try:
+        outcome = run_claimed(job, worker="tests", consumer_lane="worker", observer=SettlingLater())
+        assert outcome.settle is not None
+        finish_and_claim(client, keys, "worker", Finished(job.job_id, f"{job.job_id}:x", outcome))
+        assert not any(job_of(s) == "tests.api_record" for s in finished(spans, SpanKind.PRODUCER))
+        outcome.settle()
+    finally:
+        signals.job_succeeded.disconnect(follow_up, sender="tests.record")
+    process = only(spans, SpanKind.CONSUMER)
+    [send] = [s for s in finished(spans, SpanKind.PRODUCER) if job_of(s) == "tests.api_record"]
+    assert send.parent is not None and send.parent.span_id == process.context.span_id
+    assert send.context.trace_id == process.context.trace_id
