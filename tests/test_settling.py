@@ -143,3 +143,18 @@ def test_where_the_pipeline_cannot_take_it_the_write_is_done_at_once_and_only_th
         assert outcome.settle is not None
         outcome.settle()
     assert said == [meta.run_id]
+
+
+@postgresql_only
+def test_a_settling_write_that_cannot_be_sent_is_written_at_once_on_a_fresh_connection(
+    said: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    meta = _queued_run()
+    connection.connection.close()  # as a job that closed the socket under Django's feet
+    outcome = outcomes.succeeded(None, "job", meta, [], None, settle_later=True)
+    assert "sending run record write start_succeeded failed; writing it again" in caplog.text
+    assert _status_elsewhere(meta.run_id) == RunStatus.SUCCEEDED  # before it settles
+    assert said == []
+    assert outcome.settle is not None
+    outcome.settle()
+    assert said == [meta.run_id]
