@@ -85,9 +85,9 @@ def in_this_context(func: Callable[[], None]) -> Callable[[], None]:
     """``func``, to be called later with the OpenTelemetry context current now: a success the
     worker says after its process span ended (outcomes.py) keeps the span's ids on its log line
     and its receivers' spans (a job they dispatch) in the attempt's trace."""
-    if not tracing_enabled():
-        return func
     context = otel_context.get_current()
+    if not context:  # nothing current to carry (always so without an SDK)
+        return func
 
     def within() -> None:
         token = otel_context.attach(context)

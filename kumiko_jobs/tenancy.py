@@ -6,7 +6,7 @@ import contextvars
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from typing import Any
 
@@ -46,13 +46,19 @@ def tenant_context(tenant_id: str | int | None) -> Iterator[None]:
 @contextmanager
 def scopes_activator(tenant_id: str | None) -> Iterator[None]:
     """Default activator: the context variable, plus django-scopes' ``scope(tenant=…)`` if installed."""
-    with ExitStack() as stack:
-        stack.enter_context(tenant_context(tenant_id))
+    # The context variable directly, not through tenant_context() and an ExitStack: this is
+    # on every attempt's path (~4 % of a trivial job's time with 8 threads).
+    token = _current_tenant.set(None if tenant_id is None else str(tenant_id))
+    try:
         scope = _django_scopes_scope()
-        if scope is not None:
+        if scope is None:
+            yield
+        else:
             # Scoped managers filter FKs by this value; an id works without loading the tenant.
-            stack.enter_context(scope(tenant=tenant_id))
-        yield
+            with scope(tenant=tenant_id):
+                yield
+    finally:
+        _current_tenant.reset(token)
 
 
 @cache
