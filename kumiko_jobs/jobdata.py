@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 import zlib
 from collections.abc import Mapping
@@ -105,9 +106,10 @@ class JobMeta:
         """Decode and check a job's meta; MalformedJob for anything a run record cannot hold
         (a poison job is failed once, clearly, instead of breaking every worker that meets it)."""
         try:
-            d = json.loads(raw)
+            # Decoded first: json.loads would detect the encoding of bytes in Python.
+            d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
             meta = cls(
-                run_id=str(uuid.UUID(str(d["run"]))),
+                run_id=_run_id(d["run"]),
                 job_name=_text(d["job"], 200),
                 lane=_text(d["lane"], 16),
                 tenant_id=_optional_text(d.get("tenant"), 64),
@@ -160,6 +162,17 @@ def encode_data(job_name: str, payload: Mapping[str, Any], max_bytes: int | None
             "store large data elsewhere and pass its id",
         )
     return zlib.compress(raw) if len(raw) >= COMPRESS_FROM else raw
+
+
+def _run_id(value: Any) -> str:
+    """The run id in its canonical form; a ValueError if it is no UUID. Ours are canonical
+    already, and a regular expression tells that faster than parsing one (every attempt)."""
+    if isinstance(value, str) and _CANONICAL_UUID.fullmatch(value):
+        return value
+    return str(uuid.UUID(str(value)))
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def decode_payload(data: bytes) -> dict[str, Any]:

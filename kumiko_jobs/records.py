@@ -149,7 +149,8 @@ def start_update_run(run_id: str | uuid.UUID, **values: Any) -> pg_pipeline.Pend
         return None
     text_sql, converters = _update_text(alias, tuple(values))
     params = [convert(value) for convert, value in zip(converters, values.values(), strict=True)]
-    params.append(pg_pipeline.text(uuid.UUID(str(run_id))))
+    # As text: PostgreSQL parses (and checks) the id, as it would a UUID's text.
+    params.append(str(run_id).encode())
     return pg_pipeline.send(connection, text_sql, params)
 
 

@@ -34,3 +34,28 @@ def test_rq_reads_what_dispatch_stores_small_or_large(size: int, redis_client: A
     assert decode_payload(data) == payload
     assert drain() == {"succeeded": 1}
     assert [e["payload"] for e in traces("record")] == [payload]
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        ("0b7c6f8e-3a1d-4c2e-9f00-5a6b7c8d9e0f", "0b7c6f8e-3a1d-4c2e-9f00-5a6b7c8d9e0f"),
+        ("0B7C6F8E-3A1D-4C2E-9F00-5A6B7C8D9E0F", "0b7c6f8e-3a1d-4c2e-9f00-5a6b7c8d9e0f"),
+        ("0b7c6f8e3a1d4c2e9f005a6b7c8d9e0f", "0b7c6f8e-3a1d-4c2e-9f00-5a6b7c8d9e0f"),
+        ("not-a-run-id", None),
+        ("0b7c6f8e-3a1d-4c2e-9f00-5a6b7c8d9e0", None),
+        (12345, None),
+    ],
+)
+def test_a_metas_run_id_is_checked_and_kept_in_its_canonical_form(run: Any, expected: str | None) -> None:
+    import json
+
+    from kumiko_jobs.exceptions import MalformedJob
+    from kumiko_jobs.jobdata import JobMeta
+
+    raw = json.dumps({"run": run, "job": "tests.record", "lane": "worker"}).encode()
+    if expected is None:
+        with pytest.raises(MalformedJob):
+            JobMeta.from_json(raw)
+    else:
+        assert JobMeta.from_json(raw).run_id == expected
