@@ -66,10 +66,10 @@ def test_a_busy_worker_says_each_success_once_and_its_upkeep_finds_its_connectio
 ) -> None:
     # Successes settle after the worker's next lane step (outcomes.py); a busy worker keeps one
     # settling at nearly every step, and its upkeep (the outbox every 2 s reads the records on
-    # the same connection) comes due among them. DEBUG off, as in production: DEBUG's query
-    # log keeps the writes off libpq's pipeline, and nothing would be left settling.
+    # the same connection) comes due among them. (Workers run with DEBUG off, see conftest.py:
+    # DEBUG's query log would keep the writes off libpq's pipeline, and nothing would settle.)
     runs = [dispatch("tests.sleeper", {"seconds": 0.02}, tenant=tenants[n % 2]) for n in range(150)]
-    worker = start_worker("worker", "--threads", threads, env={"DJANGO_DEBUG": "0"})
+    worker = start_worker("worker", "--threads", threads)
 
     def succeeded() -> list[str]:
         entries = [json.loads(raw) for raw in redis_client.lrange(signals_key(), 0, -1)]

@@ -37,7 +37,9 @@ def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:
 def test_tenant_result_and_log_lines_across_processes(
     start_worker: Any, wait_for_run: Any, tenants: list[Any]
 ) -> None:
-    worker = start_worker("worker")
+    # DEBUG on: Django prints its task log lines only through its console handler, which
+    # wants DEBUG (require_debug_true); the workers of these tests run with DEBUG off.
+    worker = start_worker("worker", env={"DJANGO_DEBUG": "1"})
     tenant = str(tenants[0].pk)
     with tenant_context(tenant):
         result = tasks.traced.enqueue("e2e")
@@ -50,7 +52,7 @@ def test_tenant_result_and_log_lines_across_processes(
     assert found.worker_ids == [worker.args[3]]
     assert found.enqueued_at == result.enqueued_at
     assert found.enqueued_at <= found.started_at <= found.finished_at  # type: ignore[operator]
-    # Django's two worker-side lines (its console handler, DEBUG on in the demo settings).
+    # Django's two worker-side lines.
     output = wait_until(lambda: worker.output() if "state=SUCCESSFUL" in worker.output() else "", 10, "log")
     path = "tests.testapp.tasks.traced"
     assert f"Task id={result.id} path={path} state=RUNNING" in output
