@@ -188,6 +188,11 @@ class Keys:
     def rebuild_lock(self, lane: str) -> str:
         return f"{self.prefix}:{lane}:rebuild-lock"
 
+    def suspects(self, lane: str, task: str) -> str:
+        """Sorted set of runs a task (outbox, rebuild, repair) found missing from Redis, pushed
+        again once confirmed (suspects.py): ``<run pk>|<updated_at iso>`` -> when noted."""
+        return f"{self.prefix}:{lane}:suspects:{task}"
+
     def outbox_lock(self, lane: str) -> str:
         return f"{self.prefix}:{lane}:outbox-lock"
 

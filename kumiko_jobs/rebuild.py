@@ -13,12 +13,15 @@ Three ways a recorded run can be missing from Redis, and who finds it:
   unfinished and pushes it again without counting its limits twice.
 
 Every push here is unique (a job id Redis holds is left alone), so these can race each other
-and a late original push without running a job twice. Delivery is at least once: see README.
+and a late original push without running a job twice. A run Redis does not hold may also have
+just finished, so it is pushed again only once its loss is confirmed (suspects.py). Delivery is
+at least once: see README.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,10 +42,13 @@ from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
 from kumiko_jobs.pushing import PreparedJob, push
 from kumiko_jobs.registry import registry
+from kumiko_jobs.suspects import CONFIRM_AFTER, Suspects
 from kumiko_jobs.task_jobs import on_run_lane
 
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 500
+# What a rebuild checks: the runs that wait in Redis (running ones are left to repair).
+REBUILT_STATUSES = (RunStatus.QUEUED, RunStatus.DEFERRED)
 # A run recorded inside a transaction gets this long for its own push after commit.
 OUTBOX_GRACE = 5.0
 ROW_FIELDS = (
@@ -120,18 +126,30 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
 
 def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     """The outbox: push committed runs whose own push after commit did not happen (one query on
-    a partial index that holds only such runs; usually empty)."""
+    a partial index that holds only such runs; usually empty). A run Redis holds was pushed and
+    only its mark is missing; one it does not hold is pushed once that is confirmed. Returns
+    how many runs it marked or pushed."""
+    waiting = Q(pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
+    suspects = Suspects(keys.suspects(lane, "outbox"), waiting)
     cutoff = datetime.now(UTC) - timedelta(seconds=OUTBOX_GRACE)
     rows = list(
-        JobRun.objects.filter(owned_by(keys), pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
-        .filter(queued_at__lt=cutoff)
+        JobRun.objects.filter(owned_by(keys), waiting, queued_at__lt=cutoff)
         .order_by("queued_at")
         .only(*ROW_FIELDS)[:BATCH]
     )
-    # One worker of the lane pushes them (the pushes are unique either way).
-    if not rows or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
+    due = suspects.due(client, owned_by(keys), ROW_FIELDS)
+    # One worker of the lane at a time (the pushes are unique either way).
+    if not (rows or due.members) or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
         return 0
-    return repush(client, rows, admit=True, announce=True)
+    done = repush(client, due.rows, admit=True, announce=True)
+    suspects.forget(client, due)
+    confirmed = {row.pk for row in due.rows}  # read again below, before their push
+    missing = missing_from_redis(client, keys, rows := [row for row in rows if row.pk not in confirmed])
+    lost = {row.pk for row in missing}
+    held = [row.pk for row in rows if row.pk not in lost]
+    records.safe(records.mark_pushed, held, now=datetime.now(UTC))
+    suspects.note(client, missing)
+    return done + len(held)
 
 
 @dataclass
@@ -186,8 +204,13 @@ def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
         settle = timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
         if datetime.now(UTC) < state.started + settle:
             return 0
-        pushed = _rebuild_batch(client, keys, lane, state)
-        if state.status == "":
+        suspects = Suspects(keys.suspects(lane, "rebuild"), Q(lane=lane, status__in=REBUILT_STATUSES))
+        due = suspects.due(client, owned_by(keys), ROW_FIELDS)
+        pushed = repush(client, missing_from_redis(client, keys, due.rows), admit=True)
+        suspects.forget(client, due)
+        if state.status:
+            suspects.note(client, _rebuild_batch(client, keys, lane, state))
+        if state.status == "" and not suspects.count(client):
             client.set(keys.rebuilt(lane), epoch)
             client.delete(keys.rebuild_state(lane))
             logger.warning("kumiko_jobs: lane %s checked: runs Redis had lost were pushed again", lane)
@@ -198,7 +221,8 @@ def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
         client.delete(keys.rebuild_lock(lane))
 
 
-def _rebuild_batch(client: redis.Redis, keys: Keys, lane: str, state: RebuildState) -> int:
+def _rebuild_batch(client: redis.Redis, keys: Keys, lane: str, state: RebuildState) -> list[JobRun]:
+    """The next batch of the status being checked, and those of its runs Redis does not hold."""
     rows_query = JobRun.objects.filter(owned_by(keys), lane=lane, status=state.status)
     rows_query = rows_query.filter(updated_at__lt=state.started)
     if state.after:
@@ -212,8 +236,7 @@ def _rebuild_batch(client: redis.Redis, keys: Keys, lane: str, state: RebuildSta
         state.after = None
     else:
         state.after = (rows[-1].updated_at, str(rows[-1].pk))
-    missing = missing_from_redis(client, keys, rows)
-    return repush(client, missing, admit=True) if missing else 0
+    return missing_from_redis(client, keys, rows)
 
 
 def missing_from_redis(client: redis.Redis, keys: Keys, rows: Sequence[JobRun]) -> list[JobRun]:
@@ -241,7 +264,8 @@ class RebuildReport:
 
 def rebuild_lane(client: redis.Redis, keys: Keys, lane: str, *, dry_run: bool = False) -> RebuildReport:
     """Check every unfinished run of the lane (this prefix) against Redis now, and push those
-    Redis does not hold (``manage.py jobs rebuild``); runs on a live worker are left alone."""
+    Redis does not hold (``manage.py jobs rebuild``); runs on a live worker are left alone, and
+    a run found missing is checked again CONFIRM_AFTER seconds later (suspects.py)."""
     checked = missing = pushed = 0
     # Limits are counted again only if Redis lost them with its data (no epoch, or one this lane
     # was not checked for); a hash lost alone left its limits counted.
@@ -249,20 +273,37 @@ def rebuild_lane(client: redis.Redis, keys: Keys, lane: str, *, dry_run: bool = 
     admit = epoch is None or epoch != done
     after: tuple[datetime, str] | None = None
     cutoff = datetime.now(UTC) - timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
-    base = JobRun.objects.filter(owned_by(keys), lane=lane, status__in=ACTIVE_STATUSES, updated_at__lt=cutoff)
-    while True:
-        query = base
-        if after:
-            query = query.filter(Q(updated_at__gt=after[0]) | Q(updated_at=after[0], pk__gt=after[1]))
-        rows = list(query.order_by("updated_at", "pk").only(*ROW_FIELDS, "worker")[:BATCH])
-        if not rows:
-            break
-        after = (rows[-1].updated_at, str(rows[-1].pk))
-        checked += len(rows)
-        lost = [
-            r for r in missing_from_redis(client, keys, rows) if not running_on_a_live_worker(client, keys, r)
-        ]
-        missing += len(lost)
-        if lost and not dry_run:
-            pushed += repush(client, lost, admit=admit)
+    active = Q(lane=lane, status__in=ACTIVE_STATUSES)
+    base = JobRun.objects.filter(owned_by(keys), active, updated_at__lt=cutoff)
+    fields = (*ROW_FIELDS, "worker")
+    # This command's own set: a dry run leaves nothing behind for the workers to push.
+    suspects = Suspects(keys.suspects(lane, f"command-{uuid.uuid4().hex}"), active)
+    noted_at = time.time()
+    try:
+        while True:
+            query = base
+            if after:
+                query = query.filter(Q(updated_at__gt=after[0]) | Q(updated_at=after[0], pk__gt=after[1]))
+            rows = list(query.order_by("updated_at", "pk").only(*fields)[:BATCH])
+            if not rows:
+                break
+            after = (rows[-1].updated_at, str(rows[-1].pk))
+            checked += len(rows)
+            suspects.note(client, lost_runs(client, keys, rows), now=noted_at)
+        if suspects.count(client):
+            time.sleep(CONFIRM_AFTER)
+        while (due := suspects.due(client, owned_by(keys), fields)).members:
+            lost = lost_runs(client, keys, due.rows)
+            missing += len(lost)
+            if lost and not dry_run:
+                pushed += repush(client, lost, admit=admit)
+            suspects.forget(client, due)
+    finally:
+        client.delete(suspects.key)
     return RebuildReport(lane, checked, missing, pushed)
+
+
+def lost_runs(client: redis.Redis, keys: Keys, rows: Sequence[JobRun]) -> list[JobRun]:
+    """The rows whose job Redis does not hold, but for runs a live worker is running."""
+    missing = missing_from_redis(client, keys, rows)
+    return [row for row in missing if not running_on_a_live_worker(client, keys, row)]

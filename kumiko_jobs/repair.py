@@ -9,7 +9,9 @@ and asks Redis what became of each job, one pipelined HGET per batch, no queue s
 
 - Redis says finished, failed or canceled: the row takes that outcome (a lost outcome write);
 - Redis no longer has the job: the run is pushed again from its record (rebuild.py), unless it
-  is running on a worker that is still alive. A run is never failed because Redis forgot it.
+  is running on a worker that is still alive, once the next round confirms it (suspects.py: the
+  job may just have finished, its success's write on its way). A run is never failed because
+  Redis forgot it.
 
 Only unfinished rows are read, so a finished run is never rewritten.
 """
@@ -27,6 +29,7 @@ from kumiko_jobs import rebuild, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
+from kumiko_jobs.suspects import Suspects
 
 logger = logging.getLogger("kumiko_jobs")
 BATCH = 200
@@ -48,6 +51,13 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
     """Fix up to BATCH rows whose state Redis contradicts; returns how many were changed."""
     if not client.set(keys.repair_lock(lane), "1", nx=True, ex=int(INTERVAL)):
         return 0
+    fields = (*rebuild.ROW_FIELDS, "worker")
+    suspects = Suspects(keys.suspects(lane, "repair"), Q(lane=lane, status__in=ACTIVE_STATUSES))
+    due = suspects.due(client, rebuild.owned_by(keys), fields)
+    # The job hash alone is gone (the dataset is intact, or the epoch would have changed): its
+    # skip limits are still counted, so the push does not count them again.
+    changed = rebuild.repush(client, rebuild.lost_runs(client, keys, due.rows), admit=False)
+    suspects.forget(client, due)
     now = datetime.now(UTC)
     cutoff = now - timedelta(seconds=2 * float(get_config()["ABANDON_AFTER"]))
     mark_key = keys.repair_mark(lane)
@@ -59,18 +69,18 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
         stamp, _, mark_pk = as_text(mark).partition("|")
         after = datetime.fromisoformat(stamp)
         rows = rows.filter(Q(updated_at__gt=after) | Q(updated_at=after, pk__gt=mark_pk))
-    batch = list(rows.order_by("updated_at", "pk").only(*rebuild.ROW_FIELDS, "worker")[:BATCH])
+    batch = list(rows.order_by("updated_at", "pk").only(*fields)[:BATCH])
     if len(batch) < BATCH:
         client.delete(mark_key)  # reached the newest stale row: start from the oldest next time
     else:
         last = batch[-1]
         client.set(mark_key, f"{last.updated_at.isoformat()}|{last.pk}")
     if not batch:
-        return 0
+        return changed
     pipe = client.pipeline(transaction=False)
     for row in batch:
         pipe.hget(keys.job(row.job_id), "status")
-    changed, lost = 0, []
+    lost = []
     for row, redis_status in zip(batch, pipe.execute(), strict=True):
         if redis_status is None:
             lost.append(row)
@@ -84,9 +94,5 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
         logger.warning(
             "kumiko_jobs: repaired run %s (job %s): %s -> %s", row.pk, row.job_id, row.status, target
         )
-    orphans = [row for row in lost if not rebuild.running_on_a_live_worker(client, keys, row)]
-    if orphans:
-        # The job hash alone is gone (the dataset is intact, or the epoch would have changed):
-        # its skip limits are still counted, so the push does not count them again.
-        changed += rebuild.repush(client, orphans, admit=False)
+    suspects.note(client, [row for row in lost if not rebuild.running_on_a_live_worker(client, keys, row)])
     return changed

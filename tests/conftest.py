@@ -31,6 +31,22 @@ def redis_client() -> redis.Redis:
 
 
 @pytest.fixture
+def age_suspects(redis_client: redis.Redis, kumiko_prefix: str) -> Any:
+    """As if CONFIRM_AFTER had passed: every run noted as missing from Redis (suspects.py) is
+    due for its confirmation; returns how many there are."""
+
+    def age() -> int:
+        aged = 0
+        for key in redis_client.scan_iter(match=f"{kumiko_prefix}:*:suspects:*"):
+            members = redis_client.zrange(key, 0, -1)
+            redis_client.zadd(key, dict.fromkeys(members, 0), xx=True)
+            aged += len(members)
+        return aged
+
+    return age
+
+
+@pytest.fixture
 def traces(redis_client: redis.Redis) -> Any:
     """Read what test jobs recorded (tests/testapp/jobs.py: trace())."""
 

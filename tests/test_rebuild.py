@@ -1,5 +1,6 @@
 """Redis as a rebuildable copy of the run table (rebuild.py): committed runs whose push never
-happened, and lanes whose Redis lost its data, are pushed again from their records."""
+happened, and lanes whose Redis lost its data, are pushed again from their records, once the
+loss is confirmed (suspects.py): a run that just finished is gone from Redis too."""
 
 from __future__ import annotations
 
@@ -25,8 +26,25 @@ def _age(**filters: Any) -> None:
     JobRun.objects.filter(**filters).update(queued_at=past, updated_at=past)
 
 
+def _next_outbox_round(redis_client: Any) -> None:
+    redis_client.delete(get_keys().outbox_lock("worker"))
+
+
+def _start_rebuild(redis_client: Any, kumiko_prefix: str) -> None:
+    """Redis restarts empty (every key of the deployment is gone), and the time a rebuild waits
+    for pushes in flight has passed once it noticed."""
+    keys = get_keys()
+    redis_client.delete(*redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
+    assert rebuild_step(redis_client, keys, "worker") == 0  # noticed: waits for pushes in flight
+    state = redis_client.get(keys.rebuild_state("worker"))
+    assert state is not None
+    past = (timezone.now() - timedelta(seconds=30)).isoformat()
+    epoch, _started, rest = state.decode().split("|", 2)
+    redis_client.set(keys.rebuild_state("worker"), f"{epoch}|{past}|{rest}")
+
+
 def test_redis_down_at_commit_leaves_the_runs_waiting_and_the_outbox_pushes_them(
-    settings: Any, redis_client: Any, traces: Any, tenants: list[Any]
+    settings: Any, redis_client: Any, traces: Any, tenants: list[Any], age_suspects: Any
 ) -> None:
     real = settings.KUMIKO_JOBS
     settings.KUMIKO_JOBS = {**real, "REDIS_URL": DEAD_REDIS, "REDIS_TIMEOUT": 0.2}
@@ -38,6 +56,9 @@ def test_redis_down_at_commit_leaves_the_runs_waiting_and_the_outbox_pushes_them
     assert {(r.status, r.pushed_at) for r in rows} == {(RunStatus.QUEUED, None)}
     assert push_waiting(redis_client, get_keys(), "worker") == 0  # within their grace
     _age(pk__in=[first.run_id, second.run_id])
+    assert push_waiting(redis_client, get_keys(), "worker") == 0  # suspects: Redis lacks them
+    assert age_suspects() == 2
+    _next_outbox_round(redis_client)
     assert push_waiting(redis_client, get_keys(), "worker") == 2
     assert drain() == {"succeeded": 2}
     assert sorted(e["payload"]["n"] for e in traces("record")) == [1, 2]
@@ -55,8 +76,30 @@ def test_a_commit_whose_push_already_happened_is_only_marked(redis_client: Any, 
     assert len(traces("record")) == 1
 
 
+def test_a_run_that_finished_before_its_marks_landed_is_not_pushed_again(
+    redis_client: Any, traces: Any, age_suspects: Any
+) -> None:
+    with transaction.atomic():
+        result = dispatch("tests.record", {"n": 1})
+    assert drain() == {"succeeded": 1}
+    # The outbox read the row before its "pushed" mark and its success's write landed; by the
+    # time it asks Redis, the success has deleted the job.
+    JobRun.objects.filter(pk=result.run_id).update(pushed_at=None, status=RunStatus.QUEUED)
+    _age(pk=result.run_id)
+    assert push_waiting(redis_client, get_keys(), "worker") == 0
+    JobRun.objects.filter(pk=result.run_id).update(
+        status=RunStatus.SUCCEEDED, pushed_at=timezone.now(), updated_at=timezone.now()
+    )
+    assert age_suspects() == 1
+    _next_outbox_round(redis_client)
+    assert push_waiting(redis_client, get_keys(), "worker") == 0
+    assert age_suspects() == 0
+    assert drain() == {}
+    assert [e["payload"]["n"] for e in traces("record")] == [1]
+
+
 def test_lane_is_rebuilt_from_records_after_redis_lost_its_data(
-    redis_client: Any, traces: Any, tenants: list[Any], kumiko_prefix: str
+    redis_client: Any, traces: Any, tenants: list[Any], kumiko_prefix: str, age_suspects: Any
 ) -> None:
     keys = get_keys()
     assert rebuild_step(redis_client, keys, "worker") == 0  # first start: epoch set, nothing lost
@@ -68,13 +111,10 @@ def test_lane_is_rebuilt_from_records_after_redis_lost_its_data(
     )
     JobRun.objects.update(updated_at=timezone.now() - timedelta(minutes=5))
     # Redis restarts empty: every key of the deployment is gone, limits and epoch included.
-    redis_client.delete(*redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
-    assert rebuild_step(redis_client, keys, "worker") == 0  # noticed: waits for pushes in flight
-    state = redis_client.get(keys.rebuild_state("worker"))
-    assert state is not None
-    past = (timezone.now() - timedelta(seconds=30)).isoformat()
-    epoch, _started, rest = state.decode().split("|", 2)
-    redis_client.set(keys.rebuild_state("worker"), f"{epoch}|{past}|{rest}")  # that time has passed
+    _start_rebuild(redis_client, kumiko_prefix)
+    assert sum(rebuild_step(redis_client, keys, "worker") for _ in range(5)) == 0  # suspects
+    assert redis_client.get(keys.rebuilt("worker")) is None  # not done while any is unconfirmed
+    assert age_suspects() == 5
     pushed = 0
     for _ in range(10):
         pushed += rebuild_step(redis_client, keys, "worker")
@@ -89,3 +129,25 @@ def test_lane_is_rebuilt_from_records_after_redis_lost_its_data(
     assert redis_client.zscore(keys.scheduled("worker"), deferred.job_id) is not None
     assert [JobRun.objects.get(pk=r.run_id).status for r in now_runs] == [RunStatus.SUCCEEDED] * 3
     assert rebuild_step(redis_client, keys, "worker") == 0  # done for this epoch
+
+
+def test_a_run_that_finishes_while_the_rebuild_looks_is_not_run_again(
+    redis_client: Any, traces: Any, kumiko_prefix: str, age_suspects: Any
+) -> None:
+    keys = get_keys()
+    assert rebuild_step(redis_client, keys, "worker") == 0
+    result = dispatch("tests.record", {"n": 1})
+    assert drain() == {"succeeded": 1}
+    assert [e["payload"]["n"] for e in traces("record")] == [1]
+    # The rebuild read the row (queued) before the success's write landed, and asked Redis after
+    # the success had deleted the job.
+    JobRun.objects.filter(pk=result.run_id).update(status=RunStatus.QUEUED)
+    _age(pk=result.run_id)
+    _start_rebuild(redis_client, kumiko_prefix)
+    assert rebuild_step(redis_client, keys, "worker") == 0
+    JobRun.objects.filter(pk=result.run_id).update(status=RunStatus.SUCCEEDED, updated_at=timezone.now())
+    assert age_suspects() == 1
+    assert sum(rebuild_step(redis_client, keys, "worker") for _ in range(3)) == 0
+    assert redis_client.get(keys.rebuilt("worker")) == redis_client.get(keys.epoch)
+    assert drain() == {}
+    assert traces("record") == []  # not run again (the restart took the first trace with it)
