@@ -5,16 +5,18 @@ Workers write a state *before* telling Redis about it, so a crash in between lea
 registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
 that claims it is still running. A success may be told while its UPDATE is still in flight
 (``start_succeeded``, outcomes.py): PostgreSQL has the statement by then and runs it even if
-the worker dies, and should it fail, the stale-run repair (repair.py) finds the row. An outcome
-write that carries the attempt's start (``Started``) also records the start, so a short run
-costs one commit, and creates the row if the dispatcher's insert has not landed yet.
+the worker dies, and should it fail, the stale-run repair (repair.py) finds the row. A
+--threads worker's successes are built here (``prepare_succeeded``) and written by its writer
+thread, several in one round trip (``write_outcomes``, success_writes.py). An outcome write that
+carries the attempt's start (``Started``) also records the start, so a short run costs one
+commit, and creates the row if the dispatcher's insert has not landed yet.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 from kumiko_jobs import run_rows
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import insert_queued, start_update_run, update_run
+from kumiko_jobs.records import insert_queued, safe, start_update_run, update_run, update_runs
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -80,18 +82,74 @@ def start_succeeded(
     """mark_succeeded with its UPDATE sent (through pg_pipeline) and not yet answered: the
     returned function waits for the answer. Where pg_pipeline cannot take it, the whole write
     is done before this returns."""
+    return prepare_succeeded(meta=meta, now=now, logs=logs, started=started, result=result).start()
+
+
+def prepare_succeeded(
+    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
+) -> OutcomeUpdate:
+    """mark_succeeded's write, built and not sent (its earlier attempts' log lines are read now)."""
     values: dict[str, Any] = {} if result is None else {"result": result}
-    return _start_finish(
+    return OutcomeUpdate(
         meta,
         started,
-        status=RunStatus.SUCCEEDED,
-        finished_at=now,
-        updated_at=now,
-        logs=_all_logs(meta, logs),
-        error="",
-        traceback="",
-        **values,
+        _with_start(
+            meta,
+            started,
+            status=RunStatus.SUCCEEDED,
+            finished_at=now,
+            updated_at=now,
+            logs=_all_logs(meta, logs),
+            error="",
+            traceback="",
+            **values,
+        ),
     )
+
+
+@dataclass(frozen=True)
+class OutcomeUpdate:
+    """An attempt's outcome as the UPDATE of its run, not sent yet; the row is created first if
+    the dispatcher's insert has not landed."""
+
+    meta: JobMeta
+    started: Started | None
+    values: dict[str, Any]
+
+    def start(self) -> Callable[[], None]:
+        """Send it (pg_pipeline) and return what waits for its answer; where pg_pipeline cannot
+        take it, write it all now."""
+        pending = start_update_run(self.meta.run_id, **self.values)
+        if pending is None:
+            self.mark_outcome()
+            return _written
+        return lambda: self.complete(pending.wait())
+
+    def mark_outcome(self) -> None:
+        """Write it now, and wait for the answer."""
+        self.complete(update_run(self.meta.run_id, **self.values))
+
+    def complete(self, updated: int) -> None:
+        """After its UPDATE, which found ``updated`` rows: create a row that did not exist yet."""
+        _create_if_missing(self.meta, self.started, self.values, updated)
+
+
+def write_outcomes(updates: Sequence[OutcomeUpdate]) -> None:
+    """Write these outcomes in one round trip and one transaction (pg_pipeline). Where that is
+    not available or fails (a broken connection, a bad value), each is written on its own
+    through ``records.safe``, which logs a write that fails again."""
+    try:
+        counts = update_runs([(update.meta.run_id, update.values) for update in updates])
+    except Exception:
+        logger.warning("kumiko_jobs: writing %d outcomes together failed; writing each alone", len(updates))
+        counts = None
+    if counts is None:
+        for update in updates:
+            safe(update.mark_outcome)
+        return
+    for update, count in zip(updates, counts, strict=True):
+        if not count:
+            safe(update.complete, count)
 
 
 def mark_retry(
@@ -165,19 +223,15 @@ def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
 def _start_finish(meta: JobMeta, started: Started | None, **values: Any) -> Callable[[], None]:
     """_finish with its UPDATE sent, and the rest (its answer, a missing row) left to the
     returned function; where pg_pipeline cannot send it, all of it is done now."""
-    if started is not None:
-        values.setdefault("attempt", meta.attempt)
-        values = {
-            "started_at": started.at,
-            "worker": started.worker,
-            "max_attempts": meta.max_attempts,
-            **values,
-        }
-    pending = start_update_run(meta.run_id, **values)
-    if pending is None:
-        _create_if_missing(meta, started, values, update_run(meta.run_id, **values))
-        return _written
-    return lambda: _create_if_missing(meta, started, values, pending.wait())
+    return OutcomeUpdate(meta, started, _with_start(meta, started, **values)).start()
+
+
+def _with_start(meta: JobMeta, started: Started | None, **values: Any) -> dict[str, Any]:
+    """An outcome's values, with the attempt's start when the write records it too."""
+    if started is None:
+        return values
+    values.setdefault("attempt", meta.attempt)
+    return {"started_at": started.at, "worker": started.worker, "max_attempts": meta.max_attempts, **values}
 
 
 def _create_if_missing(meta: JobMeta, started: Started | None, values: dict[str, Any], updated: int) -> None:

@@ -25,7 +25,7 @@ from kumiko_jobs.fanout import run_fan_out
 from kumiko_jobs.jobdata import JobMeta, decode_payload
 from kumiko_jobs.lane import ClaimedJob
 from kumiko_jobs.observability import correlation_scope, processing, record_outcome
-from kumiko_jobs.outcomes import Outcome
+from kumiko_jobs.outcomes import Outcome, Settle
 from kumiko_jobs.registry import registry
 from kumiko_jobs.tenancy import get_activator
 from kumiko_jobs.timeouts import enforce_timeout
@@ -35,10 +35,10 @@ class RunObserver(Protocol):
     """How a worker records that a run started: ``started`` when it does, ``finishing`` right
     before its outcome is written (nothing may record the start after that). ``finishing``
     says whether the start was recorded (and job_started sent) on its own; if not, the outcome
-    write records it and the outcome policy announces it. ``settles_later``: the caller settles
-    a success's ``Outcome`` after telling Redis (outcomes.py)."""
+    write records it and the outcome policy announces it. ``settle``: when a success is written
+    and said (outcomes.Settle)."""
 
-    settles_later: bool
+    settle: Settle
 
     def started(self, meta: JobMeta, start: attempt_records.Started) -> None: ...
 
@@ -48,7 +48,7 @@ class RunObserver(Protocol):
 class RecordStartAtOnce:
     """Write "running" before the handler runs (drain(), boot gates)."""
 
-    settles_later = False
+    settle: Settle = "now"
 
     def started(self, meta: JobMeta, start: attempt_records.Started) -> None:
         records.safe(
@@ -160,7 +160,7 @@ def execute(
     # Only a task's return value is kept (checked JSON by its runner); a job's is ignored.
     returned = result if definition.task is not None else None
     return outcomes.succeeded(
-        definition, job_id, meta, log.lines, start, result=returned, settle_later=observer.settles_later
+        definition, job_id, meta, log.lines, start, result=returned, settle=observer.settle
     )
 
 

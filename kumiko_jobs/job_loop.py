@@ -1,7 +1,7 @@
-"""One job thread's loop: finish the previous attempt and claim the next in one round trip, run
-it, repeat. ``runjobs --threads N`` runs N of these, whose steps go to Redis together
-(step_batching.py); with one thread it runs in the main thread (and does the lane's upkeep
-between jobs, see worker.py).
+"""The job loop of a one-thread worker (``runjobs`` without ``--threads``), in the main thread:
+finish the previous attempt and claim the next job in one round trip, run it, repeat, and do
+the lane's upkeep between jobs (worker.py). A success's record write overlaps the next lane step
+(outcomes.py, ``settle="after_step"``). ``--threads N`` runs job_threads.py instead.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ MAX_BLOCK = 1.0
 
 
 class JobLoop:
-    def __init__(self, worker: LaneWorker, *, upkeep: bool) -> None:
+    def __init__(self, worker: LaneWorker) -> None:
         self.worker = worker
-        self.upkeep = upkeep
         self.member = ""  # the lease member of the run this loop is executing
         self.thread_ident = 0
 
@@ -50,12 +49,13 @@ class JobLoop:
             claim = Claim(w.name, execution_id, time.time() + w.lease) if ticket else None
             try:
                 try:
-                    if self.upkeep and w.upkeep_due():
+                    if w.upkeep_due():
                         # Upkeep's repairs use this thread's database connection, which a
                         # settling write holds until its answer is read.
                         settle = _settled(settle)
                         w.upkeep()
-                    job = w.steps.finish_and_claim(finished, claim)
+                    jobs = w.steps.step([finished] if finished else [], [claim] if claim else [])
+                    job = jobs[0] if jobs else None
                 finally:
                     settle = _settled(settle)
             except redis.RedisError as exc:
@@ -76,7 +76,7 @@ class JobLoop:
                 if not self._wait_for_work(burst, outage):
                     return
                 continue
-            w.note_claim()
+            w.note_claims()
             finished = self._run(job, execution_id)
             settle = finished.outcome.settle
 
@@ -129,30 +129,3 @@ def nothing_due(worker: LaneWorker) -> bool:
         return False
     # promote_due may have moved work into the lane; the next claim tells.
     return not worker.client.exists(worker.keys.ring(worker.lane))
-
-
-def start_threads(worker: LaneWorker, count: int, burst: bool) -> list[tuple[threading.Thread, JobLoop]]:
-    loops = []
-    for number in range(count):
-        loop = JobLoop(worker, upkeep=False)
-        # Daemon threads: a second signal (cold stop) or a recycle must not wait for a stuck one.
-        name = f"kumiko-job-{number + 1}"
-        thread = threading.Thread(target=_thread_main, args=(loop, burst), name=name, daemon=True)
-        thread.start()
-        loops.append((thread, loop))
-    return loops
-
-
-def _thread_main(loop: JobLoop, burst: bool) -> None:
-    from django.db import connections
-
-    from kumiko_jobs.async_handlers import close_thread_loop
-
-    try:
-        loop.run(burst)
-    except BaseException:
-        logger.exception("worker %s: a job thread stopped unexpectedly", loop.worker.name)
-        loop.worker.request_recycle("a job thread stopped unexpectedly")
-    finally:
-        close_thread_loop()  # its async handlers' event loop and database thread
-        connections.close_all()  # this thread's own connections

@@ -1,7 +1,8 @@
 """The lane step, the per-job hot path: finish attempts and claim jobs in one round trip
-(lua/finish_and_claim.lua), plus promotion of due delayed jobs. A job thread finishes its
-previous attempt and claims its next job; a --threads process sends its threads' steps together
-(step_batching.py)."""
+(lua/finish_and_claim.lua), plus promotion of due delayed jobs. A one-thread worker finishes
+its previous attempt and claims its next job in each step; in a --threads process the claimer
+(claiming.py) makes the steps of all its job threads. Both make them through a ``Stepper``, on a
+Redis connection of their own."""
 
 from __future__ import annotations
 
@@ -120,6 +121,32 @@ def step(
         ClaimedJob(job_id=raw[i].decode(), data=raw[i + 1], meta_raw=raw[i + 2])
         for i in range(0, len(raw), 3)
     ]
+
+
+class Stepper:
+    """``step`` on a Redis connection taken from the pool once and kept by its one user (the job
+    loop of a one-thread worker, the claimer of a --threads one): no pool lock, ``select()`` or
+    redis-py's connection metrics per call (script_calls.call). Counts what its calls carried."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, lane: str) -> None:
+        self.client, self.keys, self.lane = client, keys, lane
+        self._connection: Any = None
+        self.calls = 0
+        self.carried = 0  # finishes and claims sent
+
+    def step(self, finished: Sequence[Finished], claims: Sequence[Claim]) -> list[ClaimedJob]:
+        if self._connection is None:
+            self._connection = self.client.connection_pool.get_connection()
+        jobs = step(self.client, self.keys, self.lane, finished, claims, connection=self._connection)
+        self.calls += 1
+        self.carried += len(finished) + len(claims)
+        return jobs
+
+    def close(self) -> None:
+        """Give the connection back to the pool (its user is done)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self.client.connection_pool.release(connection)
 
 
 def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) -> float | None:

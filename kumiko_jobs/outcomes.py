@@ -4,12 +4,18 @@ Every policy function writes the run record first and then returns the ``Outcome
 applies in Redis (lane.finish_and_claim), so what Redis is told never gets ahead of the record
 (attempt_records.py explains why that order makes crashes repairable).
 
-One exception, for the worker's hot path: a success whose write goes through pg_pipeline may
-be left *settling* (``settle_later``). Its UPDATE is sent, so PostgreSQL has the statement
-before Redis hears of the outcome, and the worker waits for the answer, and then says the
-success (log line, metrics, signals), right after its lane step: the two round trips overlap
-instead of adding up. A success is final, so nothing else writes its row meanwhile; retries,
-deferrals and failures keep the strict order, since their run goes back into a queue.
+Two exceptions, for the worker's hot path, both for successes only (a success is final, so
+nothing else writes its row meanwhile; retries, deferrals and failures keep the strict order,
+since their run goes back into a queue):
+
+- ``settle="after_step"`` (a one-thread worker): a success whose write goes through pg_pipeline
+  is left *settling*. Its UPDATE is sent, so PostgreSQL has the statement before Redis hears of
+  the outcome, and the worker waits for the answer, and then says the success (log line,
+  metrics, signals), right after its lane step: the two round trips overlap.
+- ``settle="by_writer"`` (a --threads worker's job threads): the success's UPDATE is built, not
+  sent (``Outcome.update``); the worker's writer thread writes it with other threads' ones, then
+  tells Redis, then calls ``Outcome.settle`` to say it (success_writes.py). The job thread takes
+  its next job at once.
 """
 
 from __future__ import annotations
@@ -33,13 +39,17 @@ from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.observability import in_this_context, record_failure
+from kumiko_jobs.registry import registry
 from kumiko_jobs.scrubbing import scrub
 
 logger = logging.getLogger("kumiko_jobs")
 
 # "": nothing to record in Redis (a reaped run whose hash is gone only gives back its cap slot).
-OutcomeKind = Literal["ok", "failed", "retry", "requeue", ""]
+# "return": a claimed job that never started, back at the front of its flow (claiming.py).
+OutcomeKind = Literal["ok", "failed", "retry", "requeue", "return", ""]
 LogLine = dict[str, Any]
+# When a success is written and said (see the module docstring).
+Settle = Literal["now", "after_step", "by_writer"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ class Outcome:
     """What the worker tells Redis about a finished attempt (see scripts.FinishAndClaimArgs)."""
 
     kind: OutcomeKind
-    counted_as: str  # succeeded | failed | retried | deferred | requeued
+    counted_as: str  # succeeded | failed | retried | deferred | requeued | returned
     release: Release = Release()
     meta: str = ""  # the run's next meta ('' keeps it)
     retry_at: float = 0.0
@@ -66,9 +76,11 @@ class Outcome:
     # Whose attempt it was, for the lane's hourly counters ('' for data that is not a job).
     job_name: str = ""
     tenant_id: str | None = None
-    # What is left of a success left settling: wait for its record write, then say it. The
-    # worker calls it once, right after telling Redis; None when nothing is left.
+    # What is left of a success left settling: wait for its record write (if not by_writer),
+    # then say it. The worker calls it once, right after telling Redis; None when nothing is left.
     settle: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    # A by_writer success's record write, for the worker's writer thread.
+    update: attempt_records.OutcomeUpdate | None = field(default=None, compare=False, repr=False)
 
 
 def release_of(definition: JobDefinition | None, meta: JobMeta) -> Release:
@@ -91,23 +103,30 @@ def succeeded(
     start: attempt_records.Started | None,
     *,
     result: Any = None,
-    settle_later: bool = False,
+    settle: Settle = "now",
 ) -> Outcome:
     """``result``: what a Django task returned (stored on the run); None for jobs.
-    ``settle_later``: leave the write's answer, and saying the success, to ``Outcome.settle``."""
+    ``settle``: when the success is written and said (see the module docstring)."""
     now = datetime.now(UTC)
-    written = records.safe_later(
-        attempt_records.start_succeeded,
-        attempt_records.mark_succeeded,
-        meta=meta,
-        now=now,
-        logs=logs,
-        started=start,
-        result=result,
-    )
+    update = None
+    if settle == "by_writer":
+        update = attempt_records.prepare_succeeded(
+            meta=meta, now=now, logs=logs, started=start, result=result
+        )
+    else:
+        written = records.safe_later(
+            attempt_records.start_succeeded,
+            attempt_records.mark_succeeded,
+            meta=meta,
+            now=now,
+            logs=logs,
+            started=start,
+            result=result,
+        )
 
-    def settle() -> None:
-        written()
+    def say() -> None:
+        if update is None:
+            written()
         if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
             # A success clears the tenant's failure record of the same subject.
             records.safe(failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject)
@@ -116,16 +135,27 @@ def succeeded(
         _announce_start(meta, job_id, start)
         run_events.succeeded(meta, job_id)
 
-    if not settle_later:
-        settle()
+    if settle == "now":
+        say()
     return Outcome(
         "ok",
         "succeeded",
         release_of(definition, meta),
         ttl=int(get_config()["RESULT_TTL"]),
-        settle=in_this_context(settle) if settle_later else None,
+        settle=None if settle == "now" else in_this_context(say),
+        update=update,
         **_whose(meta),
     )
+
+
+def given_back(job_id: str, meta_raw: bytes) -> Outcome:
+    """A claimed job that never started (a stopping worker's ready job): back to the front of its
+    flow, its cap slot freed, no attempt used, its record untouched."""
+    try:
+        meta = JobMeta.from_json(meta_raw)
+    except MalformedJob:
+        return Outcome("return", "returned")  # the script reads its flow from the job hash
+    return Outcome("return", "returned", release_of(registry.find(meta.job_name), meta))
 
 
 def failed_attempt(

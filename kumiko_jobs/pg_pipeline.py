@@ -18,6 +18,9 @@ says no and the caller uses a cursor. Tools that patch the cursor class or the d
 Django integration) do not see these statements; ``PIPELINED_WRITES = False`` sends them
 through a cursor too.
 
+``send_all`` sends several statements the same way in one transaction (one Sync): a worker's
+writer thread writes the successes of its job threads so (success_writes.py).
+
 Prepared statements are named after their SQL's hash. Where one goes missing (a pooler such as
 PgBouncer in transaction mode hands the session to another server connection: "prepared
 statement does not exist"), nothing ran, so the statement is sent again unprepared, and that
@@ -72,24 +75,31 @@ def _psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
-class Pending:
-    """A statement sent and not yet answered; ``wait()`` reads its answer (exactly once)."""
+Statement = tuple[bytes, Sequence[bytes | None]]  # SQL with $n placeholders, text parameters
 
-    __slots__ = ("_connection", "_params", "_pgconn", "_prepared_as", "_sql")
+
+class Pending:
+    """Statements sent and not yet answered; ``wait()`` reads their answer (exactly once)."""
+
+    __slots__ = ("_connection", "_pgconn", "_prepared", "_statements")
 
     def __init__(
         self,
         connection: BaseDatabaseWrapper,
         pgconn: Any,
-        sql: bytes,
-        params: Sequence[bytes | None],
-        prepared_as: bytes | None,
+        statements: Sequence[Statement],
+        prepared: bool,
     ) -> None:
         self._connection, self._pgconn = connection, pgconn
-        self._sql, self._params, self._prepared_as = sql, params, prepared_as
+        self._statements, self._prepared = statements, prepared
 
     def wait(self) -> int:
-        """The statement's row count; a database error is raised as Django's."""
+        """The (last) statement's row count; a database error is raised as Django's."""
+        return self.wait_all()[-1]
+
+    def wait_all(self) -> list[int]:
+        """Each statement's row count; the first database error is raised as Django's (and then
+        none of them took effect: they ran in one transaction)."""
         with self._connection.wrap_database_errors:
             try:
                 results = _read(self._pgconn)
@@ -98,22 +108,24 @@ class Pending:
                 self._connection.close()
                 raise
             failed = _failure(results)
-            if (
-                failed is not None
-                and self._prepared_as is not None
-                and _sqlstate(failed) == _UNKNOWN_PREPARED
-            ):
+            if failed is not None and self._prepared and _sqlstate(failed) == _UNKNOWN_PREPARED:
                 # Nothing ran (the implicit transaction ended at the error): send it unprepared.
                 _unprepared.add(self._connection.alias)
-                return send(self._connection, self._sql, self._params).wait()
+                return send_all(self._connection, self._statements).wait_all()
             if failed is not None:
                 _raise(failed)
-            return int(results[-1].command_tuples or 0)
+            # The first result is set_config's.
+            return [int(result.command_tuples or 0) for result in results[1:]]
 
 
 def send(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> Pending:
     """Send ``sql`` ($1-style placeholders, text parameters) with an async commit; the caller
     checked ``available``. Returns before PostgreSQL answers."""
+    return send_all(connection, [(sql, params)])
+
+
+def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -> Pending:
+    """Send the statements in one transaction with an async commit, as ``send`` does one."""
     connection.ensure_connection()
     with connection.wrap_database_errors:
         pgconn = connection.connection.pgconn
@@ -123,21 +135,24 @@ def send(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | N
             from psycopg import OperationalError
 
             raise OperationalError("the connection is closed, broken or inside a transaction")
-        name = None if connection.alias in _unprepared else _prepared_name(connection, pgconn, sql)
+        prepared = connection.alias not in _unprepared
+        # Prepared (one blocking round trip on a statement's first use here) before the pipeline.
+        names = [_prepared_name(connection, pgconn, sql) if prepared else None for sql, _ in statements]
         pgconn.enter_pipeline_mode()
         try:
             pgconn.send_query_params(_ASYNC_COMMIT, None)
-            if name is None:
-                pgconn.send_query_params(sql, params)
-            else:
-                pgconn.send_query_prepared(name, params)
+            for (sql, params), name in zip(statements, names, strict=True):
+                if name is None:
+                    pgconn.send_query_params(sql, params)
+                else:
+                    pgconn.send_query_prepared(name, params)
             pgconn.pipeline_sync()
             while pgconn.flush():  # non-blocking libpq: 1 while output is left
                 select.select([], [pgconn.socket], [])
         except BaseException:
             connection.close()
             raise
-    return Pending(connection, pgconn, sql, params, name)
+    return Pending(connection, pgconn, statements, any(name is not None for name in names))
 
 
 def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> int:

@@ -147,11 +147,27 @@ def start_update_run(run_id: str | uuid.UUID, **values: Any) -> pg_pipeline.Pend
     connection = connections[alias]
     if not pg_pipeline.available(connection):
         return None
+    return pg_pipeline.send_all(connection, [_update_statement(alias, run_id, values)])
+
+
+def update_runs(updates: Sequence[tuple[str | uuid.UUID, dict[str, Any]]]) -> list[int] | None:
+    """update_run for several runs in one round trip and one transaction (pg_pipeline): their
+    row counts; None where pg_pipeline cannot take them (nothing was written). A database
+    error is raised, and then none of them was written."""
+    alias = router.db_for_write(JobRun)
+    connection = connections[alias]
+    if not pg_pipeline.available(connection):
+        return None
+    statements = [_update_statement(alias, run_id, values) for run_id, values in updates]
+    return pg_pipeline.send_all(connection, statements).wait_all()
+
+
+def _update_statement(alias: str, run_id: str | uuid.UUID, values: dict[str, Any]) -> pg_pipeline.Statement:
     text_sql, converters = _update_text(alias, tuple(values))
     params = [convert(value) for convert, value in zip(converters, values.values(), strict=True)]
     # As text: PostgreSQL parses (and checks) the id, as it would a UUID's text.
     params.append(str(run_id).encode())
-    return pg_pipeline.send(connection, text_sql, params)
+    return text_sql, params
 
 
 _FIELDS = {field.name: field for field in JobRun._meta.concrete_fields}

@@ -12,22 +12,26 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
 from kumiko_jobs import attempt_records, records, run_events
 from kumiko_jobs.jobdata import JobMeta
 
+if TYPE_CHECKING:
+    from kumiko_jobs.outcomes import Settle
+
 Pending = tuple[JobMeta, attempt_records.Started, int]  # the run, and its entry's sequence
 
 
 class RunningMarker(threading.Thread):
-    # The worker's job loop settles a success after its lane step (job_loop.py).
-    settles_later = True
-
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, settle: Settle) -> None:
         super().__init__(name="kumiko-running-marker", daemon=True)
         self.delay = delay
+        # How the worker's job loops settle a success: after the lane step (one thread,
+        # job_loop.py) or on the writer thread (--threads, success_writes.py).
+        self.settle = settle
         self._cond = threading.Condition()
         self._pending: dict[int, Pending] = {}  # job thread -> its run, until marked or finishing
         self._due: list[tuple[float, int, int]] = []  # (due, sequence, job thread), a heap

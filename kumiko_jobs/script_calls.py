@@ -48,7 +48,7 @@ def call(
     loads the script and applies the client's retry policy.
 
     ``connection``: one of the client's connections that only this caller uses (the --threads
-    lane steps, step_batching.py). Taking one from the pool per call costs a lock, a select()
+    lane steps, lane.Stepper). Taking one from the pool per call costs a lock, a select()
     on its socket and redis-py's connection-count metrics: tens of microseconds, and with
     --threads N every system call is a chance for another thread to take the GIL."""
     if connection is not None:

@@ -14,7 +14,8 @@ One-letter codes:
 - enqueue results: ``q`` queued, ``d`` duplicate id (unique push), ``s`` refused by a skip
   limit, ``b`` merged into a pending debounced run;
 - attempt outcomes (``OutcomeKind``): ``ok`` succeeded, ``failed`` failed finally, ``retry``
-  scheduled again at ``retry_at``, ``requeue`` back in its flow at once.
+  scheduled again at ``retry_at``, ``requeue`` back in its flow at once, ``return`` first in its
+  flow again (claimed, never started: a stopping worker's ready jobs).
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """The lane worker: RQ's SimpleWorker (registration, signals, dashboards) with a lean hot path.
 
 Per job it makes one Redis round trip (finish the previous job and claim the next in one
-script, lane.finish_and_claim; with --threads N, the steps of threads that reach it together
-share one, step_batching.py) and one or two UPDATEs of the run record. Jobs run in-process;
-the README explains why (measured: forking per job costs ~2x and a DB connection per job).
+script, lane.step) and one or two UPDATEs of the run record. Jobs run in-process; the README
+explains why (measured: forking per job costs ~2x and a DB connection per job).
 
-``--threads N`` runs N job loops (job_loop.py) in threads of one process, each with its own
-database connection and its own claims, so fairness and caps work exactly as across
-processes. The main thread then does the lane's upkeep (promotion, reaper, repair, outbox,
-rebuild) and handles signals; with one thread the main thread runs the jobs and the upkeep.
-Leases, "running" marks and timeouts are per running job.
+``--threads N`` runs N job threads (job_threads.py) in one process, each with its own database
+connection; a claimer thread makes their lane steps, several in one script call, and keeps a few
+claimed jobs ready (claiming.py), and a writer thread writes their successes together
+(success_writes.py). Claims are taken one at a time from the ring, so fairness and caps work
+exactly as across processes. The main thread then does the lane's upkeep (promotion, reaper,
+repair, outbox, rebuild) and handles signals; with one thread the main thread runs the jobs
+(job_loop.py) and the upkeep. Leases, "running" marks and timeouts are per running job.
 """
 
 from __future__ import annotations
@@ -36,15 +37,16 @@ from kumiko_jobs import faults
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
-from kumiko_jobs.job_loop import JobLoop, nothing_due, start_threads
-from kumiko_jobs.lane import count_claims, promote_due
+from kumiko_jobs.job_loop import JobLoop, nothing_due
+from kumiko_jobs.job_threads import JobThread, start_job_threads
+from kumiko_jobs.lane import Stepper, count_claims, promote_due
 from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.observability import flush_telemetry
+from kumiko_jobs.outcomes import Settle
 from kumiko_jobs.rebuild import push_waiting, rebuild_step
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
-from kumiko_jobs.step_batching import StepBatcher
 from kumiko_jobs.timeouts import watchdog
 
 logger = logging.getLogger("kumiko_jobs.worker")
@@ -94,11 +96,13 @@ class LaneWorker(SimpleWorker):
         self._next_outbox = 0.0
         self._next_rebuild = 0.0
         self.leases = Heartbeat(self.client, self.keys, self.lane, self.key)
-        self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
-        self._loops: list[JobLoop] = []
+        settle: Settle = "after_step" if threads == 1 else "by_writer"
+        self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]), settle)
+        self._loops: list[JobLoop | JobThread] = []
         self._stuck: set[int] = set()  # job threads whose handler ignored its timeout
-        # Every job loop's lane step goes through it; with --threads N, steps that meet are sent together.
-        self.steps = StepBatcher(self.client, self.keys, self.lane)
+        # The one-thread job loop's lane steps (--threads: the claimer's own).
+        self.steps = Stepper(self.client, self.keys, self.lane)
+        self._batching = ""  # --threads: what the claimer's calls and the writer's writes carried
 
     def work(  # type: ignore[override]
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
@@ -114,7 +118,7 @@ class LaneWorker(SimpleWorker):
         try:
             self.set_state(WorkerStatus.BUSY)
             if self.threads == 1:
-                loop = JobLoop(self, upkeep=True)
+                loop = JobLoop(self)
                 self._loops = [loop]
                 loop.run(burst)
             else:
@@ -131,8 +135,7 @@ class LaneWorker(SimpleWorker):
                 pass  # the lane's next idle moment resets the count
             self.leases.stop()
             self.marker.stop()
-            if self.threads == 1:
-                self.steps.close()  # the main thread was its only user (threads: _run_threads)
+            self.steps.close()
             try:
                 self.client.srem(self.keys.claimers(self.lane), self.name)
                 self.teardown()  # type: ignore[no-untyped-call]
@@ -154,8 +157,8 @@ class LaneWorker(SimpleWorker):
 
     def _run_threads(self, burst: bool) -> None:
         watchdog().on_stuck = self._on_stuck
-        threads = start_threads(self, self.threads, burst)
-        self._loops = [loop for _thread, loop in threads]
+        claimer, writer, threads = start_job_threads(self, self.threads, burst)
+        self._loops = [job_thread for _thread, job_thread in threads]
         recycle_deadline: float | None = None
         # A stuck thread is a daemon: it ends with the process, nobody waits for it.
         while any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
@@ -166,12 +169,19 @@ class LaneWorker(SimpleWorker):
             try:
                 self.upkeep()
             except redis.RedisError:
-                pass  # the job threads wait out the outage and report it
+                pass  # the claimer waits out the outage and reports it
             time.sleep(UPKEEP_TICK)
-        if not any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
-            # No job thread can be inside a lane step now. (After a recycle's wait ran out one
-            # may be: its connection is left to the exiting process, never handed on.)
-            self.steps.close()
+        # The successes handed over are written and told, the ready jobs given back.
+        writer.close()
+        writer.join(RECYCLE_WAIT)
+        claimer.close()
+        claimer.join(RECYCLE_WAIT)
+        steps = claimer.steps
+        self._batching = (
+            f"{steps.carried} lane steps in {steps.calls} script calls "
+            f"({steps.carried / max(steps.calls, 1):.2f} a call); "
+            f"{writer.written} successes written in {writer.writes} round trips"
+        )
 
     # Shared by the job loops --------------------------------------------------------------
     def stopping(self) -> bool:
@@ -191,9 +201,9 @@ class LaneWorker(SimpleWorker):
             if self._tickets is not None:
                 self._tickets += 1
 
-    def note_claim(self) -> None:
+    def note_claims(self, count: int = 1) -> None:
         with self._lock:
-            self._claimed += 1
+            self._claimed += count
 
     def flush_claims(self) -> None:
         with self._lock:
@@ -301,15 +311,8 @@ class LaneWorker(SimpleWorker):
             logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
 
     def _log_batching(self) -> None:
-        steps = self.steps
-        if self.threads > 1 and steps.calls:
-            logger.info(
-                "worker %s: %d lane steps in %d script calls (%.2f a call)",
-                self.name,
-                steps.requests,
-                steps.calls,
-                steps.requests / steps.calls,
-            )
+        if self._batching:
+            logger.info("worker %s: %s", self.name, self._batching)
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
         from django.db import connection

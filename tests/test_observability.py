@@ -258,14 +258,14 @@ def test_correlation_id_of_the_scope_reaches_the_run(traces: Any) -> None:
 def test_a_success_said_after_the_lane_step_is_said_in_its_attempts_trace(
     spans: InMemorySpanExporter,
 ) -> None:
-    # A worker says a success after its process span ended (outcomes.py, settle_later): its
+    # A worker says a success after its process span ended (outcomes.py, settle="after_step"): its
     # receivers still run in that span's context, so what they dispatch joins the trace.
     from kumiko_jobs import signals
     from kumiko_jobs.execution import RecordStartAtOnce, run_claimed
     from kumiko_jobs.lane import Claim, Finished, finish_and_claim
 
     class SettlingLater(RecordStartAtOnce):
-        settles_later = True
+        settle = "after_step"
 
     def follow_up(sender: str, run: signals.RunInfo, **extra: Any) -> None:
         dispatch("tests.api_record", {"n": "follow-up"})

@@ -67,7 +67,7 @@ def _status_elsewhere(run_id: str) -> str | None:
 @postgresql_only
 def test_a_settling_success_is_written_before_it_settles_and_said_only_once_settled(said: list[str]) -> None:
     meta = _queued_run()
-    outcome = outcomes.succeeded(None, "job", meta, [], None, settle_later=True)
+    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
     assert outcome.kind == "ok" and outcome.settle is not None
     # Sent, not waited for: the answer is still unread on this connection (libpq's pipeline).
     assert connection.connection.pgconn.pipeline_status
@@ -113,7 +113,7 @@ def test_a_settling_write_that_dies_under_its_connection_is_written_again_on_a_f
     thread = threading.Thread(target=hold_the_row_then_kill_the_writer)
     thread.start()
     assert locked.wait(5)
-    outcome = outcomes.succeeded(None, "job", meta, [], None, settle_later=True)
+    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
     sent.set()
     assert done.wait(10)
     thread.join()
@@ -124,7 +124,7 @@ def test_a_settling_write_that_dies_under_its_connection_is_written_again_on_a_f
     assert JobRun.objects.get(pk=meta.run_id).status == RunStatus.SUCCEEDED
 
 
-def test_without_settle_later_a_success_is_written_and_said_before_it_returns(said: list[str]) -> None:
+def test_settled_now_a_success_is_written_and_said_before_it_returns(said: list[str]) -> None:
     meta = _queued_run()
     outcome = outcomes.succeeded(None, "job", meta, [], None)
     assert outcome.settle is None
@@ -137,7 +137,7 @@ def test_where_the_pipeline_cannot_take_it_the_write_is_done_at_once_and_only_th
 ) -> None:
     meta = _queued_run()
     with override_settings(KUMIKO_JOBS={"PIPELINED_WRITES": False}):
-        outcome = outcomes.succeeded(None, "job", meta, [], None, settle_later=True)
+        outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
         assert _status_elsewhere(meta.run_id) == RunStatus.SUCCEEDED
         assert said == []
         assert outcome.settle is not None
@@ -151,7 +151,7 @@ def test_a_settling_write_that_cannot_be_sent_is_written_at_once_on_a_fresh_conn
 ) -> None:
     meta = _queued_run()
     connection.connection.close()  # as a job that closed the socket under Django's feet
-    outcome = outcomes.succeeded(None, "job", meta, [], None, settle_later=True)
+    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
     assert "sending run record write start_succeeded failed; writing it again" in caplog.text
     assert _status_elsewhere(meta.run_id) == RunStatus.SUCCEEDED  # before it settles
     assert said == []

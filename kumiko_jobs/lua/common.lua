@@ -126,9 +126,11 @@ end
 local function finish(P, R, id, now, now_iso, e)
   local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current =
     e.kind, e.ttl, e.retry_at, e.meta, e.exc_info, e.flow, e.limit_keys, e.current
+  local jk = job_key(id)
+  -- A job given back whose meta the worker could not read: the flow it was claimed from.
+  if kind == 'return' and flow == '' then flow = redis.call('HGET', jk, 'kumiko_flow') or '' end
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
-  local jk = job_key(id)
   if kind == 'ok' and tonumber(ttl) == 0 then
     -- RESULT_TTL 0 (the default): the run record is the history; Redis forgets the job.
     redis.call('DEL', jk)
@@ -150,6 +152,10 @@ local function finish(P, R, id, now, now_iso, e)
   elseif kind == 'requeue' then
     redis.call('HSET', jk, 'status', 'queued', 'meta', meta)
     push_flow(P, flow ~= '' and flow or (redis.call('HGET', jk, 'kumiko_flow') or NO_TENANT_FLOW), id, false)
+  elseif kind == 'return' then
+    -- Claimed and never started (a stopping worker gives its ready jobs back): first in its flow again.
+    redis.call('HSET', jk, 'status', 'queued')
+    push_flow(P, flow ~= '' and flow or NO_TENANT_FLOW, id, true)
   end
 end
 

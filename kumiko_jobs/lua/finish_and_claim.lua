@@ -1,5 +1,5 @@
 -- The lane step: finish attempts and claim jobs, in one round trip. One job thread sends at most
--- one of each; the job threads of a --threads process send theirs together (step_batching.py).
+-- one of each; the claimer of a --threads process sends those of all its job threads (claiming.py).
 -- ARGV: scripts.FinishAndClaimArgs, then `finished` entries of (id, member, scripts.Ending),
 -- then `claims` execution ids, then `counts` entries of ended-attempt counts (5 items each:
 -- outcome_counts.py).

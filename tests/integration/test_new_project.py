@@ -218,8 +218,10 @@ def test_a_new_project_runs_jobs_and_shows_them(
     # one connection for its 101 jobs (it once opened one per job).
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
     assert opened and (int(opened[1]), int(opened[2])) == (101, 1), worked
-    # --threads 4 in the same project: the threads' lane steps share script calls
-    # (step_batching.py) and each thread keeps one connection (+ the marker's and the main one).
+    # --threads 4 in the same project: the claimer makes the threads' lane steps, several in a
+    # script call (claiming.py), the writer writes their successes, several in a round trip
+    # (success_writes.py), and each thread keeps one connection (+ the marker's, the writer's and
+    # the main one).
     sixty = (
         "from kumiko_jobs import dispatch\n"
         "for i in range(200, 260): dispatch('billing.send_invoice', {'invoice_id': i})"
@@ -227,9 +229,11 @@ def test_a_new_project_runs_jobs_and_shows_them(
     manage("shell", "--no-imports", "-c", sixty, **production)
     worked = manage("runjobs", "--lane", "worker", "--burst", "--threads", "4", stderr=True, **production)
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
-    assert opened and int(opened[1]) == 60 and int(opened[2]) <= 4 + 2, worked
-    batched = re.search(r"(\d+) lane steps in (\d+) script calls", worked)
-    assert batched and int(batched[1]) >= 60 and int(batched[2]) <= int(batched[1]), worked
+    assert opened and int(opened[1]) == 60 and int(opened[2]) <= 4 + 3, worked
+    batching = r"(\d+) lane steps in (\d+) script calls .*; (\d+) successes written in (\d+)"
+    batched = re.search(batching, worked)
+    assert batched and int(batched[1]) >= 120 and int(batched[2]) <= int(batched[1]), worked
+    assert int(batched[3]) == 60 and int(batched[4]) <= 60, worked
     succeeded = manage(
         "shell",
         "--no-imports",

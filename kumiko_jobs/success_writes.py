@@ -1,0 +1,93 @@
+"""The success writes of a ``runjobs --threads N`` process, on a thread and a database connection
+of their own: a job thread hands its success over and takes its next job at once.
+
+The writer takes every success handed over since its last write, writes them in one round trip
+and one transaction (attempt_records.write_outcomes: pg_pipeline, asynchronous commit; one by
+one where that is not available), then hands their finishes to the claimer, which tells Redis
+with its next step (claiming.py), then says each success (log line, metrics, job_succeeded) in
+its attempt's OpenTelemetry context. So a record is written before Redis hears of its outcome
+(strictly: a one-thread worker overlaps the two), and a success is said once it is written.
+
+Receivers of job_succeeded run on this thread: a slow one delays the next successes' writes and
+the freeing of their cap slots (not the job threads), so keep receivers short or have them
+dispatch a job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from kumiko_jobs.attempt_records import write_outcomes
+from kumiko_jobs.lane import Finished
+
+if TYPE_CHECKING:
+    from kumiko_jobs.claiming import Claimer
+
+logger = logging.getLogger("kumiko_jobs.worker")
+MAX_BATCH = 200
+
+
+class SuccessWriter(threading.Thread):
+    """``put()`` from the job threads; ``close()`` from the worker once they have ended."""
+
+    def __init__(self, claimer: Claimer) -> None:
+        super().__init__(name="kumiko-writer", daemon=True)
+        self.claimer = claimer
+        self._lock = threading.Lock()
+        self._handed = threading.Condition(self._lock)
+        self._pending: list[Finished] = []
+        self._closed = False
+        self.writes = 0  # round trips, and the successes they carried (reported at shutdown)
+        self.written = 0
+
+    def put(self, finished: Finished) -> None:
+        """A success whose ``Outcome.update`` is to be written."""
+        if finished.outcome.update is None:
+            raise ValueError(f"job {finished.job_id}: only a success built for the writer can be handed over")
+        with self._lock:
+            self._pending.append(finished)
+            self._handed.notify()
+
+    def close(self) -> None:
+        """Write what is left, then end."""
+        with self._lock:
+            self._closed = True
+            self._handed.notify()
+
+    def run(self) -> None:
+        from django.db import connections
+
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._write(batch)
+        except BaseException:
+            logger.exception("worker %s: the writer stopped unexpectedly", self.claimer.worker.name)
+            self.claimer.worker.request_recycle("the writer stopped unexpectedly")
+        finally:
+            connections.close_all()  # this thread's own
+
+    def _next_batch(self) -> list[Finished] | None:
+        with self._lock:
+            while not self._pending:
+                if self._closed:
+                    return None
+                self._handed.wait()
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            return batch
+
+    def _write(self, batch: list[Finished]) -> None:
+        write_outcomes([update for finished in batch if (update := finished.outcome.update) is not None])
+        self.writes += 1
+        self.written += len(batch)
+        for finished in batch:
+            self.claimer.finish(finished)
+        for finished in batch:
+            settle = finished.outcome.settle
+            if settle is None:
+                continue
+            try:
+                settle()
+            except Exception:  # the run is written and Redis told: never lose the thread over it
+                logger.exception("kumiko_jobs: saying the success of job %s failed", finished.job_id)

@@ -1,0 +1,136 @@
+"""The intake of a --threads worker (claiming.py, job_threads.py): a claimer thread makes the job
+threads' lane steps and keeps a few claimed jobs ready; on real Redis, a real database and real
+threads, in this process."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.claiming import PREFETCH_WAIT, Claimer
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.lane import Finished
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.outcomes import Outcome, release_of
+from kumiko_jobs.testing import drain
+from kumiko_jobs.worker import LaneWorker
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def worker() -> Iterator[LaneWorker]:
+    """A worker of the lane that is not working: its claimer is driven by the test."""
+    lane_worker = LaneWorker("worker", threads=4)
+    yield lane_worker
+    lane_worker.steps.close()
+
+
+def test_threads_run_every_run_once_and_the_claimer_batches_their_steps(
+    tenants: list[Any], traces: Any
+) -> None:
+    runs = [dispatch("tests.record", {"n": n}, tenant=tenants[n % 3]) for n in range(60)]
+    worker = LaneWorker("worker", threads=4)
+    worker.work(burst=True, logging_level="WARNING")
+    assert sorted(e["payload"]["n"] for e in traces("record")) == list(range(60))
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}
+    assert worker.counts == {"succeeded": 60}
+    keys = get_keys()
+    assert get_redis().zcard(keys.started("worker")) == 0  # every lease finished
+    assert not any(get_redis().exists(keys.job(r.job_id)) for r in runs)  # RESULT_TTL 0
+    batching = re.fullmatch(
+        r"(\d+) lane steps in (\d+) script calls .*; (\d+) successes written in (\d+) round trips",
+        worker._batching,
+    )
+    assert batching is not None, worker._batching
+    carried, calls, written, writes = (int(n) for n in batching.groups())
+    assert carried >= 120 and calls < carried  # 60 claims and 60 finishes, several a call
+    assert written == 60 and writes <= 60
+
+
+def test_prefetch_follows_the_pace_at_most_one_job_a_thread(worker: LaneWorker) -> None:
+    claimer = Claimer(worker, 8, burst=True)
+    assert claimer._want() == 0  # nothing waits, no pace yet: nothing claimed ahead
+    now = time.monotonic()
+    # Eight 1 s jobs a second on 8 threads: a job claimed ahead would wait about 1 s.
+    claimer._pace.ended(8, now - 1.0)
+    claimer._pace.ended(8, now)
+    assert claimer._want() == 0
+    # About 400 jobs a second (20 ms jobs on 8 threads): what they finish in PREFETCH_WAIT.
+    fast = Claimer(worker, 8, burst=True)
+    fast._pace.ended(32, now - 32 / 450)
+    assert fast._want() == int(450 * PREFETCH_WAIT) == 4
+    fast._waiting = 2  # plus one for each waiting thread
+    assert fast._want() == 6
+    # Trivial jobs: never more ahead than there are threads.
+    fast._pace.ended(32, now)
+    fast._waiting = 0
+    assert fast._want() == 8
+
+
+def test_a_stopping_claimer_gives_its_ready_jobs_back_untouched(
+    worker: LaneWorker, tenants: list[Any], traces: Any
+) -> None:
+    tenant = str(tenants[0].pk)
+    runs = [dispatch("tests.record", {"n": n}, tenant=tenant) for n in range(6)]
+    client, keys = get_redis(), get_keys()
+    claimer = Claimer(worker, 4, burst=False)
+    claimer._pace.ended(32, time.monotonic())  # a fast pace: a job ready for each thread
+    claimer.start()
+    try:
+        wait_until(lambda: client.zcard(keys.started("worker")) == 4, 10, "4 jobs claimed ahead")
+        assert len(worker.leases._members) == 4  # their leases are renewed meanwhile
+        worker._stop_requested = True  # SIGTERM
+        assert claimer.take() is None  # no job starts after a stop
+        wait_until(lambda: client.zcard(keys.started("worker")) == 0, 10, "the ready jobs given back")
+        assert not worker.leases._members
+    finally:
+        claimer.close()
+        claimer.join(10)
+    assert not claimer.is_alive()
+    # Never started: records untouched, no attempt used, and back in their order.
+    assert {(r.status, r.attempt, r.started_at) for r in JobRun.objects.all()} == {
+        (RunStatus.QUEUED, 1, None)
+    }
+    assert drain() == {"succeeded": 6}
+    assert [e["payload"]["n"] for e in traces("record")] == list(range(6))
+    assert [JobRun.objects.get(pk=r.run_id).attempt for r in runs] == [1] * 6
+
+
+def test_an_attempt_that_ends_while_the_lane_is_idle_is_finished_by_its_thread(
+    worker: LaneWorker, tenants: list[Any]
+) -> None:
+    # The claimer waits for work on the lane's wake key; a cap slot must not wait with it.
+    tenant = str(tenants[0].pk)
+    runs = [dispatch("tests.capped", {"n": n}, tenant=tenant) for n in range(3)]  # cap 2
+    client, keys = get_redis(), get_keys()
+    claimer = Claimer(worker, 4, burst=False)
+    claimer.start()
+    try:
+        first, second = claimer.take(), claimer.take()
+        assert first is not None and second is not None
+        # The third is parked behind the cap: the lane has nothing for a waiting thread.
+        taken: list[Any] = []
+        waiting = threading.Thread(target=lambda: taken.append(claimer.take()))
+        waiting.start()
+        wait_until(lambda: claimer._idle, 10, "the claimer waiting for work")
+        meta = JobMeta.from_json(first.job.meta_raw)
+        claimer.finish(
+            Finished(first.job.job_id, first.member, Outcome("ok", "succeeded", release_of(None, meta)))
+        )
+        # Told by this thread at once: the slot is free, and the claimer, woken, claims the third.
+        assert client.zscore(keys.started("worker"), first.member) is None
+        waiting.join(10)
+        assert [ready.job.job_id for ready in taken] == [runs[2].job_id]
+    finally:
+        worker._stop_requested = True
+        claimer.close()
+        claimer.join(10)

@@ -1,0 +1,110 @@
+"""Lane steps (lane.step, lua/finish_and_claim.lua) that carry several finishes and claims in one
+script call, as the claimer of a --threads worker sends them (claiming.py), on real Redis."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.lane import Claim, ClaimedJob, Finished, Stepper, finish_and_claim, step
+from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.outcomes import Outcome, Release, given_back
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _claims(count: int, tag: str = "c") -> list[Claim]:
+    return [Claim("sim", f"{tag}{n}", time.time() + 60) for n in range(count)]
+
+
+def _label(job: ClaimedJob) -> str:
+    meta = JobMeta.from_json(job.meta_raw)
+    return f"{meta.job_name}@{meta.tenant_id}"
+
+
+def _finished(job: ClaimedJob, execution_id: str) -> Finished:
+    meta = JobMeta.from_json(job.meta_raw)
+    outcome = Outcome("ok", "succeeded", Release(meta.flow, meta.limit_keys), ttl=60)
+    return Finished(job.job_id, f"{job.job_id}:{execution_id}", outcome)
+
+
+def test_one_call_claims_as_separate_calls_would_caps_included(tenants: list[Any]) -> None:
+    a, b = (str(t.pk) for t in tenants[:2])
+    capped_a = [dispatch("tests.capped", {"i": i}, tenant=a) for i in range(5)]  # cap 2
+    dispatch("tests.record", {}, tenant=a)
+    dispatch("tests.capped", {}, tenant=b)
+    client, keys = get_redis(), get_keys()
+    claims = _claims(6)
+    jobs = step(client, keys, "worker", [], claims)
+    # Six claims, four runs claimable: A's capped flow stops at its cap of 2 within the call.
+    assert sorted(_label(j) for j in jobs) == sorted(
+        [f"tests.capped@{a}", f"tests.capped@{a}", f"tests.record@{a}", f"tests.capped@{b}"]
+    )
+    # Each claim leased under its own execution id, in claim order.
+    started = {m.decode() for m in client.zrange(keys.started("worker"), 0, -1)}
+    assert started == {f"{job.job_id}:{claim.execution_id}" for job, claim in zip(jobs, claims, strict=False)}
+    # Finishing both of A's capped runs in one call frees both slots for the same call's claims.
+    held = [(j, c) for j, c in zip(jobs, claims, strict=False) if _label(j) == f"tests.capped@{a}"]
+    again = step(client, keys, "worker", [_finished(j, c.execution_id) for j, c in held], _claims(3, "d"))
+    assert [JobMeta.from_json(j.meta_raw).run_id for j in again] == [r.run_id for r in capped_a[2:4]]
+    assert step(client, keys, "worker", [], _claims(1, "e")) == []
+
+
+def test_one_call_takes_tenants_in_ring_order(tenants: list[Any]) -> None:
+    ids = [str(t.pk) for t in tenants[:3]]
+    for tenant in ids:
+        for n in range(3):
+            dispatch("tests.record", {"n": n}, tenant=tenant)
+    jobs = step(get_redis(), get_keys(), "worker", [], _claims(6))
+    tenants_in_order = [JobMeta.from_json(j.meta_raw).tenant_id for j in jobs]
+    # Round robin within one call, exactly as six calls: each tenant twice, never twice in a row.
+    assert Counter(tenants_in_order) == dict.fromkeys(ids, 2)
+    assert all(x != y for x, y in itertools.pairwise(tenants_in_order))
+
+
+def test_a_failed_call_keeps_the_finished_attempt_for_the_next(tenants: list[Any]) -> None:
+    dispatch("tests.record", {}, tenant=str(tenants[0].pk))
+    client, keys = get_redis(), get_keys()
+    claim = _claims(1)[0]
+    job = finish_and_claim(client, keys, "worker", claim=claim)
+    assert job is not None
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    with pytest.raises(redis.ConnectionError):
+        Stepper(dead, keys, "worker").step([_finished(job, claim.execution_id)], _claims(1, "x"))
+    # Nothing reached Redis: the lease is still held, and a retry on a live client finishes it.
+    assert client.zscore(keys.started("worker"), f"{job.job_id}:{claim.execution_id}") is not None
+    stepper = Stepper(client, keys, "worker")
+    assert stepper.step([_finished(job, claim.execution_id)], []) == []
+    assert client.zcard(keys.started("worker")) == 0
+    assert (stepper.calls, stepper.carried) == (1, 1)
+    stepper.close()
+
+
+def test_a_job_given_back_is_first_in_its_flow_again_with_its_cap_slot_free(tenants: list[Any]) -> None:
+    # A stopping --threads worker gives back the jobs it claimed ahead and never started.
+    tenant = str(tenants[0].pk)
+    runs = [dispatch("tests.capped", {"i": i}, tenant=tenant) for i in range(3)]  # cap 2
+    client, keys = get_redis(), get_keys()
+    claims = _claims(2)
+    jobs = step(client, keys, "worker", [], claims)
+    assert [JobMeta.from_json(j.meta_raw).run_id for j in jobs] == [r.run_id for r in runs[:2]]
+    assert step(client, keys, "worker", [], _claims(1, "full")) == []  # the tenant is at its cap
+    # Given back last claimed first (each goes to the front), as the claimer does.
+    returned = [
+        Finished(job.job_id, f"{job.job_id}:{claim.execution_id}", given_back(job.job_id, job.meta_raw))
+        for job, claim in reversed(list(zip(jobs, claims, strict=True)))
+    ]
+    again = step(client, keys, "worker", returned, _claims(3, "again"))
+    # Both back in front of the third, in their order; no attempt used, records untouched.
+    assert [JobMeta.from_json(j.meta_raw).run_id for j in again] == [r.run_id for r in runs[:2]]
+    assert [JobMeta.from_json(j.meta_raw).attempt for j in again] == [1, 1]
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.QUEUED}
+    assert client.zcard(keys.started("worker")) == 2  # the two claimed again, nothing else
