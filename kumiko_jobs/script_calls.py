@@ -25,7 +25,9 @@ def pack(*args: str | bytes | int | float) -> bytes:
     if not set(map(type, args)) <= _PACKABLE:
         bad = next(arg for arg in args if type(arg) not in _PACKABLE)
         raise TypeError(f"script argument of type {type(bad).__name__}: {bad!r}")
-    return hiredis.pack_command(args)
+    # hiredis' stub types the argument as a tuple of one item.
+    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]
+    return packed
 
 
 _PACKABLE = frozenset({str, bytes, int, float})
