@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kumiko_jobs import dispatch
-from kumiko_jobs.claiming import PREFETCH_WAIT, Claimer
+from kumiko_jobs.claiming import PREFETCH_PER_THREAD, PREFETCH_WAIT, Claimer
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.lane import Finished
@@ -56,7 +56,7 @@ def test_threads_run_every_run_once_and_the_claimer_batches_their_steps(
     assert written == 60 and writes <= 60
 
 
-def test_prefetch_follows_the_pace_at_most_one_job_a_thread(worker: LaneWorker) -> None:
+def test_prefetch_follows_the_pace_at_most_four_jobs_a_thread(worker: LaneWorker) -> None:
     claimer = Claimer(worker, 8, burst=True)
     assert claimer._want() == 0  # nothing waits, no pace yet: nothing claimed ahead
     now = time.monotonic()
@@ -70,10 +70,10 @@ def test_prefetch_follows_the_pace_at_most_one_job_a_thread(worker: LaneWorker) 
     assert fast._want() == int(450 * PREFETCH_WAIT) == 4
     fast._waiting = 2  # plus one for each waiting thread
     assert fast._want() == 6
-    # Trivial jobs: never more ahead than there are threads.
+    # Trivial jobs: never more than PREFETCH_PER_THREAD a thread ahead.
     fast._pace.ended(32, now)
     fast._waiting = 0
-    assert fast._want() == 8
+    assert fast._want() == PREFETCH_PER_THREAD * 8 == 32
 
 
 def test_a_stopping_claimer_gives_its_ready_jobs_back_untouched(
@@ -83,11 +83,11 @@ def test_a_stopping_claimer_gives_its_ready_jobs_back_untouched(
     runs = [dispatch("tests.record", {"n": n}, tenant=tenant) for n in range(6)]
     client, keys = get_redis(), get_keys()
     claimer = Claimer(worker, 4, burst=False)
-    claimer._pace.ended(32, time.monotonic())  # a fast pace: a job ready for each thread
+    claimer._pace.ended(16, time.monotonic())  # a fast pace: four jobs ready for each thread
     claimer.start()
     try:
-        wait_until(lambda: client.zcard(keys.started("worker")) == 4, 10, "4 jobs claimed ahead")
-        assert len(worker.leases._members) == 4  # their leases are renewed meanwhile
+        wait_until(lambda: client.zcard(keys.started("worker")) == 6, 10, "every run claimed ahead")
+        assert len(worker.leases._members) == 6  # their leases are renewed meanwhile
         worker._stop_requested = True  # SIGTERM
         assert claimer.take() is None  # no job starts after a stop
         wait_until(lambda: client.zcard(keys.started("worker")) == 0, 10, "the ready jobs given back")
