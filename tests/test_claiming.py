@@ -66,10 +66,10 @@ def test_prefetch_follows_the_pace_at_most_four_jobs_a_thread(worker: LaneWorker
     assert claimer._want() == 0
     # About 400 jobs a second (20 ms jobs on 8 threads): what they finish in PREFETCH_WAIT.
     fast = Claimer(worker, 8, burst=True)
-    fast._pace.ended(32, now - 32 / 450)
-    assert fast._want() == int(450 * PREFETCH_WAIT) == 4
+    fast._pace.ended(32, now - 32 / 475)
+    assert fast._want() == int(475 * PREFETCH_WAIT) == 9
     fast._waiting = 2  # plus one for each waiting thread
-    assert fast._want() == 6
+    assert fast._want() == 11
     # Trivial jobs: never more than PREFETCH_PER_THREAD a thread ahead.
     fast._pace.ended(32, now)
     fast._waiting = 0
