@@ -154,11 +154,13 @@ def prepare(
     zone: str = "",
     now: datetime | None = None,
     encoded: Encoded | None = None,
+    trace: dict[str, str] | None = None,
 ) -> PreparedJob:
     """Build a new run's job hash fields and its row, from arguments already validated
     (``now``: its queued time, default now; the subject fields are checked here:
     InvalidPayload names a non-primitive one; ``encoded``: the payload encoded already, by
-    ``encode`` with this job's name)."""
+    ``encode`` with this job's name; ``trace``: ``current_trace_carrier()`` read already, by a
+    caller preparing many)."""
     run_id = run_id or uuid.uuid4()
     wrapper = definition.per_tenant and tenant_id is None
     gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
@@ -172,7 +174,7 @@ def prepare(
         correlation_id=correlation_id or current_correlation_id() or run_id.hex,
         attempt=1,
         max_attempts=definition.max_attempts,
-        trace=current_trace_carrier(),
+        trace=current_trace_carrier() if trace is None else trace,
         flow=gates.flow,
         limit_keys=gates.limit_keys,
         fanout_of=fanout_of if wrapper else "",

@@ -20,6 +20,7 @@ from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.dispatching import encode, prepare
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.observability import current_trace_carrier
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
@@ -98,7 +99,8 @@ def _enqueue_batch(
     base = meta.fanout_of or wrapper_id
     ids = {tenant: child_job_id(base, tenant) for tenant in tenants}
     existing = records.recorded_job_ids(ids.values())
-    encoded = encode(definition.name, payload)  # the same payload for every child
+    encoded = encode(definition.name, payload)  # the same payload and trace for every child
+    trace = current_trace_carrier()
     prepared: list[PreparedJob] = [
         prepare(
             definition,
@@ -115,6 +117,7 @@ def _enqueue_batch(
             delay=spread_delay(definition, tenant),
             scheduled_at=meta.scheduled_at,
             encoded=encoded,
+            trace=trace,
         )
         for tenant, child_id in ids.items()
         if child_id not in existing
