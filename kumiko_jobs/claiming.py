@@ -29,7 +29,6 @@ claim), so no cap slot waits for the claimer.
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -46,7 +45,6 @@ from kumiko_jobs.outage import RedisOutage
 if TYPE_CHECKING:
     from kumiko_jobs.worker import LaneWorker
 
-logger = logging.getLogger("kumiko_jobs.worker")
 
 # A ready job waits about this long at most before a thread starts it (see the docstring).
 # Measured, 8 threads of trivial jobs against Dramatiq in alternating rounds: 0.93 with 10 ms,
@@ -158,8 +156,7 @@ class Claimer(threading.Thread):
         try:
             self._serve()
         except BaseException:
-            logger.exception("worker %s: the claimer stopped unexpectedly", self.worker.name)
-            self.worker.request_recycle("the claimer stopped unexpectedly")
+            self.worker.thread_failed("the claimer")
         finally:
             with self._lock:
                 self._done = True

@@ -7,7 +7,6 @@ between jobs when a job is ready.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -18,8 +17,6 @@ from kumiko_jobs.success_writes import SuccessWriter
 
 if TYPE_CHECKING:
     from kumiko_jobs.worker import LaneWorker
-
-logger = logging.getLogger("kumiko_jobs.worker")
 
 
 class JobThread:
@@ -76,8 +73,7 @@ def _thread_main(job_thread: JobThread) -> None:
     try:
         job_thread.run()
     except BaseException:
-        logger.exception("worker %s: a job thread stopped unexpectedly", job_thread.worker.name)
-        job_thread.worker.request_recycle("a job thread stopped unexpectedly")
+        job_thread.worker.thread_failed("a job thread")
     finally:
         close_thread_loop()  # its async handlers' event loop and database thread
         connections.close_all()  # this thread's own connections

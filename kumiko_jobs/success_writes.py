@@ -63,8 +63,7 @@ class SuccessWriter(threading.Thread):
             while (batch := self._next_batch()) is not None:
                 self._write(batch)
         except BaseException:
-            logger.exception("worker %s: the writer stopped unexpectedly", self.claimer.worker.name)
-            self.claimer.worker.request_recycle("the writer stopped unexpectedly")
+            self.claimer.worker.thread_failed("the writer")
         finally:
             connections.close_all()  # this thread's own
 

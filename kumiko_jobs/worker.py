@@ -230,6 +230,12 @@ class LaneWorker(SimpleWorker):
     def nothing_due(self) -> bool:
         return nothing_due(self)
 
+    def thread_failed(self, what: str) -> None:
+        """Called in the except block of one of this worker's threads that ended with an
+        exception: log it, and exit for a restart once the running jobs are done."""
+        logger.exception("worker %s: %s stopped unexpectedly", self.name, what)
+        self.request_recycle(f"{what} stopped unexpectedly")
+
     def request_recycle(self, reason: str) -> None:
         """Stop taking jobs and exit with EXIT_RECYCLE once the running ones are done."""
         if not self.recycle_reason:
