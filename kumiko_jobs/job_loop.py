@@ -6,7 +6,6 @@ the lane's upkeep between jobs (worker.py). A success's record write overlaps th
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -22,7 +21,6 @@ from kumiko_jobs.outage import RedisOutage
 if TYPE_CHECKING:
     from kumiko_jobs.worker import LaneWorker
 
-logger = logging.getLogger("kumiko_jobs.worker")
 MAX_BLOCK = 1.0
 
 
