@@ -53,7 +53,7 @@ def push_runs(prefix: str, name: str, tenants: Iterable[str], *, tag: str, rows:
     """Queue one run of job ``name`` per item of ``tenants``: prepare() and push() in pipelined
     batches, rows inserted first (as dispatch() inside a transaction does)."""
     from kumiko_jobs import records
-    from kumiko_jobs.dispatching import prepare
+    from kumiko_jobs.preparing import prepare
     from kumiko_jobs.pushing import push
     from kumiko_jobs.registry import registry
 

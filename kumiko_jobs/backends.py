@@ -103,7 +103,8 @@ class KumikoTaskBackend(BaseTaskBackend):
         register_task(task)
 
     def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[P, R]:
-        from kumiko_jobs.dispatching import prepare, submit
+        from kumiko_jobs.dispatching import submit
+        from kumiko_jobs.preparing import prepare
         from kumiko_jobs.tenancy import current_tenant_id, normalise_tenant
         from kumiko_jobs.validation import delay_seconds, validate_payload
 

@@ -1,4 +1,5 @@
-"""dispatch() and emit(): validate, record the run as queued, push it to its lane.
+"""dispatch() and emit(): validate, record the run as queued (built by preparing.py), push it
+to its lane, and make the run table agree with what Redis accepted.
 
 Order of effects outside a transaction: the push and the row's INSERT are in flight together (a
 worker that wins the race creates the row itself). On PostgreSQL the INSERT is sent first (it is
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,21 +21,16 @@ from typing import Any, Literal
 from django.db import router, transaction
 from django.utils import timezone
 
-from kumiko_jobs import faults, records, run_events, run_rows
-from kumiko_jobs.conf import get_config, redis_description
-from kumiko_jobs.connection import get_keys
-from kumiko_jobs.definitions import EventTrigger, JobDefinition, wrapper_name
+from kumiko_jobs import faults, records, run_events
+from kumiko_jobs.conf import redis_description
+from kumiko_jobs.definitions import EventTrigger
 from kumiko_jobs.events import check_emitted
 from kumiko_jobs.exceptions import QueueUnavailable, UnknownEvent
-from kumiko_jobs.gates import Gates, gates_for
-from kumiko_jobs.jobdata import JobMeta, encode_data, job_fields
 from kumiko_jobs.models import JobRun
-from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_overlapped
 from kumiko_jobs.registry import registry
-from kumiko_jobs.task_payloads import task_priority
 from kumiko_jobs.tenancy import normalise_tenant, user_id_of
-from kumiko_jobs.tenant_history import is_tenant_visible, subject_of
 from kumiko_jobs.validation import (
     MAX_CORRELATION_ID,
     MAX_TRIGGER_NAME,
@@ -46,20 +41,6 @@ from kumiko_jobs.validation import (
 )
 
 logger = logging.getLogger("kumiko_jobs")
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """A payload encoded for the job hash and for the row, once for the runs that share it (a
-    fan-out's children)."""
-
-    data: bytes
-    json: str
-
-
-def encode(job_name: str, payload: Mapping[str, Any]) -> Encoded:
-    data = encode_data(job_name, payload, int(get_config()["MAX_PAYLOAD_BYTES"]))
-    return Encoded(data=data, json=run_rows.encode_payload(payload))
 
 
 @dataclass(frozen=True)
@@ -133,128 +114,6 @@ def emit(
         if any(isinstance(t, EventTrigger) and t.matches(event, body) for t in d.triggers)
     ]
     return submit(prepared)
-
-
-def prepare(
-    definition: JobDefinition,
-    payload: Mapping[str, Any],
-    *,
-    tenant_id: str | None,
-    user_id: str | None,
-    correlation_id: str | None = None,
-    trigger_name: str = "",
-    delay: float = 0.0,
-    job_id: str | None = None,
-    unique: bool = False,
-    run_id: uuid.UUID | None = None,
-    retry_of: uuid.UUID | None = None,
-    fanout_of: str = "",
-    fanout_parent: str = "",
-    scheduled_at: float | None = None,
-    zone: str = "",
-    now: datetime | None = None,
-    encoded: Encoded | None = None,
-    trace: dict[str, str] | None = None,
-) -> PreparedJob:
-    """Build a new run's job hash fields and its row, from arguments already validated
-    (``now``: its queued time, default now; the subject fields are checked here:
-    InvalidPayload names a non-primitive one; ``encoded``: the payload encoded already, by
-    ``encode`` with this job's name; ``trace``: ``current_trace_carrier()`` read already, by a
-    caller preparing many)."""
-    run_id = run_id or uuid.uuid4()
-    wrapper = definition.per_tenant and tenant_id is None
-    gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
-    meta = JobMeta(
-        run_id=str(run_id),
-        job_name=wrapper_name(definition.name) if wrapper else definition.name,
-        lane=definition.lane,
-        tenant_id=tenant_id,
-        triggered_by=user_id,
-        trigger_name=trigger_name,
-        correlation_id=correlation_id or current_correlation_id() or run_id.hex,
-        attempt=1,
-        max_attempts=definition.max_attempts,
-        trace=current_trace_carrier() if trace is None else trace,
-        flow=gates.flow,
-        limit_keys=gates.limit_keys,
-        fanout_of=fanout_of if wrapper else "",
-        fanout_parent=fanout_parent,
-        subject=subject_of(definition, payload),
-        tenant_visible=is_tenant_visible(definition, tenant_id),
-        scheduled_at=scheduled_at,
-        zone=zone,
-    )
-    return prepared_from_meta(
-        definition,
-        meta,
-        gates,
-        payload,
-        job_id=job_id,
-        delay=delay,
-        unique=unique,
-        retry_of=retry_of,
-        now=now,
-        encoded=encoded,
-    )
-
-
-def prepared_from_meta(
-    definition: JobDefinition,
-    meta: JobMeta,
-    gates: Gates,
-    payload: Mapping[str, Any],
-    *,
-    job_id: str | None = None,
-    delay: float = 0.0,
-    unique: bool = False,
-    retry_of: uuid.UUID | None = None,
-    admit: bool = True,
-    now: datetime | None = None,
-    encoded: Encoded | None = None,
-) -> PreparedJob:
-    """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
-    record after Redis lost it)."""
-    config = get_config()
-    keys = get_keys()
-    now = now or timezone.now()
-    seconds = max(delay, gates.debounce_seconds)
-    run_at = now.timestamp() + seconds if seconds > 0 else 0.0
-    jid = job_id or f"{keys.id_tag}-{uuid.UUID(meta.run_id).hex}"
-    fields = job_fields(
-        queue_name=keys.queue_name(definition.lane),
-        payload=payload,
-        meta=meta,
-        now=now,
-        timeout=definition.timeout,
-        result_ttl=int(config["RESULT_TTL"]),
-        failure_ttl=int(config["FAILURE_TTL"]),
-        status="scheduled" if run_at else "queued",
-        max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
-        # A Django task's run waits in priority order; its payload says which (task_jobs.py).
-        priority=task_priority(payload) if definition.task is not None else None,
-        data=encoded.data if encoded else None,
-    )
-    next_at = now + timedelta(seconds=seconds) if run_at else None
-    row = run_rows.new_run_row(
-        meta=meta,
-        job_id=jid,
-        payload=payload,
-        queued_at=now,
-        next_attempt_at=next_at,
-        retry_of=retry_of,
-        payload_json=encoded.json if encoded else None,
-    )
-    return PreparedJob(
-        job_id=jid,
-        lane=definition.lane,
-        fields=fields,
-        row=row,
-        gates=gates,
-        meta=meta,
-        run_at=run_at,
-        unique=unique,
-        admit=admit,
-    )
 
 
 def _user_id(user: Any) -> str | None:

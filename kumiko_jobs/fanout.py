@@ -17,11 +17,11 @@ from typing import Any
 
 from kumiko_jobs import attempt_records, outcomes, records, run_events, tenancy
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.dispatching import encode, prepare
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.observability import current_trace_carrier
 from kumiko_jobs.outcomes import Outcome
+from kumiko_jobs.preparing import encode, prepare
 from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_rows import RunRow

@@ -35,11 +35,12 @@ from kumiko_jobs import faults, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import wrapped_job
-from kumiko_jobs.dispatching import prepared_from_meta, record_pushes
+from kumiko_jobs.dispatching import record_pushes
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
+from kumiko_jobs.preparing import prepared_from_meta
 from kumiko_jobs.pushing import PreparedJob, push
 from kumiko_jobs.registry import registry
 from kumiko_jobs.suspects import CONFIRM_AFTER, Suspects

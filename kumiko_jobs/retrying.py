@@ -8,9 +8,10 @@ from typing import Any
 from django.utils import timezone
 
 from kumiko_jobs.definitions import wrapped_job
-from kumiko_jobs.dispatching import DispatchResult, prepare, submit
+from kumiko_jobs.dispatching import DispatchResult, submit
 from kumiko_jobs.exceptions import NotRetryable
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.registry import registry
 from kumiko_jobs.task_jobs import retry_placement
 from kumiko_jobs.tenancy import user_id_of

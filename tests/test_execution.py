@@ -13,9 +13,9 @@ from kumiko_jobs import EscapeHatchDenied, dispatch
 from kumiko_jobs.attempt_records import Started
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.context import JobContext, JobLogger
-from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.fanout import child_job_id
 from kumiko_jobs.models import EscapeHatchAudit, JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.pushing import push
 from kumiko_jobs.registry import registry
 from kumiko_jobs.testing import drain

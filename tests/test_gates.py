@@ -166,7 +166,7 @@ def test_debounce_collapses_rapid_dispatches_into_one_run(traces: Any) -> None:
 
 def test_new_tenant_is_served_next_behind_a_big_backlog(tenants: list[Any]) -> None:
     a, b = str(tenants[0].pk), str(tenants[1].pk)
-    from kumiko_jobs.dispatching import prepare
+    from kumiko_jobs.preparing import prepare
     from kumiko_jobs.pushing import push
     from kumiko_jobs.registry import registry
 

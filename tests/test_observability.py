@@ -235,7 +235,7 @@ def test_without_an_sdk_nothing_is_traced_or_copied() -> None:
     with trace.get_tracer("tests without an sdk").start_as_current_span("request"):
         assert current_trace_carrier() == {}
         result = dispatch("tests.record", {})
-    from kumiko_jobs.dispatching import prepare
+    from kumiko_jobs.preparing import prepare
     from kumiko_jobs.registry import registry
 
     prepared = [prepare(registry.get("tests.record"), {}, tenant_id=None, user_id=None)]

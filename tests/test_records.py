@@ -10,9 +10,9 @@ import pytest
 from django.db import connection, transaction
 
 from kumiko_jobs import attempt_records, records
-from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from kumiko_jobs import dispatch, records
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.registry import registry
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.testing import drain

@@ -17,7 +17,8 @@ from redis.client import Pipeline
 from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.dispatching import DispatchResult, prepare, record_pushes
+from kumiko_jobs.dispatching import DispatchResult, record_pushes
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.pushing import PreparedJob, Pushed, Selection, push_watched
 from kumiko_jobs.registry import registry
 

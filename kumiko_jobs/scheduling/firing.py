@@ -24,8 +24,9 @@ from redis.client import Pipeline
 
 from kumiko_jobs import records
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.dispatching import prepare, record_pushes
+from kumiko_jobs.dispatching import record_pushes
 from kumiko_jobs.keys import Keys
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.pushing import PreparedJob, Selection, push_watched
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scheduling.lease import LeaderLease

@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.dispatching import DispatchResult, prepare, submit
+from kumiko_jobs.dispatching import DispatchResult, submit
 from kumiko_jobs.jobdata import JobMeta, encode_data
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.records import insert_queued
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_rows import new_run_row

@@ -20,8 +20,8 @@ import redis
 from kumiko_jobs import dispatch, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.dispatching import prepare
 from kumiko_jobs.models import EscapeHatchAudit, JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
 from kumiko_jobs.pushing import push
 from kumiko_jobs.registry import registry
 from tests.integration.support import WorkerProcess, holds_for, log_messages, wait_until
