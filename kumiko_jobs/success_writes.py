@@ -39,7 +39,7 @@ class SuccessWriter(threading.Thread):
         self._handed = threading.Condition(self._lock)
         self._pending: list[Finished] = []
         self._closed = False
-        self.writes = 0  # round trips, and the successes they carried (reported at shutdown)
+        self.writes = 0  # batches (one round trip each on PostgreSQL), and the successes they carried
         self.written = 0
 
     def put(self, finished: Finished) -> None:

@@ -180,7 +180,7 @@ class LaneWorker(SimpleWorker):
         self._batching = (
             f"{steps.carried} lane steps in {steps.calls} script calls "
             f"({steps.carried / max(steps.calls, 1):.2f} a call); "
-            f"{writer.written} successes written in {writer.writes} round trips"
+            f"{writer.written} successes written in {writer.writes} batches"
         )
 
     # Shared by the job loops --------------------------------------------------------------

@@ -47,7 +47,7 @@ def test_threads_run_every_run_once_and_the_claimer_batches_their_steps(
     assert get_redis().zcard(keys.started("worker")) == 0  # every lease finished
     assert not any(get_redis().exists(keys.job(r.job_id)) for r in runs)  # RESULT_TTL 0
     batching = re.fullmatch(
-        r"(\d+) lane steps in (\d+) script calls .*; (\d+) successes written in (\d+) round trips",
+        r"(\d+) lane steps in (\d+) script calls .*; (\d+) successes written in (\d+) batches",
         worker._batching,
     )
     assert batching is not None, worker._batching

@@ -234,13 +234,22 @@ def test_a_new_project_runs_jobs_and_shows_them(
     batched = re.search(batching, worked)
     assert batched and int(batched[1]) >= 120 and int(batched[2]) <= int(batched[1]), worked
     assert int(batched[3]) == 60 and int(batched[4]) <= 60, worked
+    # And with startproject's own settings (DEBUG on): no pipeline, so the writer writes each
+    # success through a cursor.
+    twenty = sixty.replace("200, 260", "260, 280")
+    manage("shell", "--no-imports", "-c", twenty)
+    worked = manage("runjobs", "--lane", "worker", "--burst", "--threads", "4", stderr=True)
+    opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
+    assert opened and int(opened[1]) == 20 and int(opened[2]) <= 4 + 3, worked
+    batched = re.search(batching, worked)
+    assert batched and int(batched[3]) == 20, worked
     succeeded = manage(
         "shell",
         "--no-imports",
         "-c",
         "from kumiko_jobs.models import JobRun; print(JobRun.objects.filter(status='succeeded').count())",
     )
-    assert succeeded.strip() == "161"
+    assert succeeded.strip() == "181"
     status = manage(
         "shell",
         "--no-imports",
