@@ -33,6 +33,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -121,28 +122,29 @@ class Claimer(threading.Thread):
                 self._wanted.notify()  # the last one ready: claim more
             return self._ready.popleft()
 
-    def finish(self, finished: Finished) -> None:
-        """How a taken job ended (its record written): Redis is told with the next step."""
+    def finish(self, finished: Sequence[Finished]) -> None:
+        """How taken jobs ended (their records written): Redis is told with the next step."""
         with self._lock:
-            self._out -= 1
-            self._pace.ended(1, time.monotonic())
+            self._out -= len(finished)
+            self._pace.ended(len(finished), time.monotonic())
             if not self._idle:
-                self._finished.append(finished)
+                self._finished += finished
                 self._wanted.notify()
                 return
         self._finish_alone(finished)
 
-    def _finish_alone(self, finished: Finished) -> None:
-        """While the claimer waits for work: tell Redis in this thread (no claim)."""
+    def _finish_alone(self, finished: Sequence[Finished]) -> None:
+        """While the claimer waits for work: tell Redis in this thread (one call, no claim)."""
         w = self.worker
         try:
-            step(w.client, w.keys, w.lane, [finished], [])
+            step(w.client, w.keys, w.lane, finished, [])
         except redis.RedisError:
-            with self._lock:  # the claimer sends it once Redis answers again
-                self._finished.append(finished)
+            with self._lock:  # the claimer sends them once Redis answers again
+                self._finished += finished
                 self._wanted.notify()
             return
-        w.leases.release(finished.member)
+        for attempt in finished:
+            w.leases.release(attempt.member)
 
     # The worker ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -227,7 +229,7 @@ class Claimer(threading.Thread):
                 break
             # 48 random bits, as uuid4().hex[:12] has, without its os.urandom() call.
             claims.append(Claim(w.name, f"{random.getrandbits(48):012x}", time.time() + w.lease))
-        if len(claims) < want and not claims:
+        if want and not claims:
             with self._lock:  # --max-jobs used up: nothing more to claim
                 if not self._ready:
                     self._done = True

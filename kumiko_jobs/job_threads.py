@@ -44,7 +44,7 @@ class JobThread:
             if outcome.update is not None:
                 self.writer.put(finished)
             else:
-                self.claimer.finish(finished)
+                self.claimer.finish([finished])
 
 
 def start_job_threads(

@@ -131,21 +131,22 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     only its mark is missing; one it does not hold is pushed once that is confirmed. Returns
     how many runs it marked or pushed."""
     waiting = Q(pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
-    suspects = Suspects(keys.suspects(lane, "outbox"), waiting)
+    suspects = Suspects(keys.suspects(lane, "outbox"), owned_by(keys) & waiting)
     cutoff = datetime.now(UTC) - timedelta(seconds=OUTBOX_GRACE)
     rows = list(
         JobRun.objects.filter(owned_by(keys), waiting, queued_at__lt=cutoff)
         .order_by("queued_at")
         .only(*ROW_FIELDS)[:BATCH]
     )
-    due = suspects.due(client, owned_by(keys), ROW_FIELDS)
+    due = suspects.due(client, ROW_FIELDS)
     # One worker of the lane at a time (the pushes are unique either way).
     if not (rows or due.members) or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
         return 0
     done = repush(client, due.rows, admit=True, announce=True)
     suspects.forget(client, due)
     confirmed = {row.pk for row in due.rows}  # read again below, before their push
-    missing = missing_from_redis(client, keys, rows := [row for row in rows if row.pk not in confirmed])
+    rows = [row for row in rows if row.pk not in confirmed]
+    missing = missing_from_redis(client, keys, rows)
     lost = {row.pk for row in missing}
     held = [row.pk for row in rows if row.pk not in lost]
     records.safe(records.mark_pushed, held, now=datetime.now(UTC))
@@ -205,8 +206,9 @@ def rebuild_step(client: redis.Redis, keys: Keys, lane: str) -> int:
         settle = timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
         if datetime.now(UTC) < state.started + settle:
             return 0
-        suspects = Suspects(keys.suspects(lane, "rebuild"), Q(lane=lane, status__in=REBUILT_STATUSES))
-        due = suspects.due(client, owned_by(keys), ROW_FIELDS)
+        waiting = owned_by(keys) & Q(lane=lane, status__in=REBUILT_STATUSES)
+        suspects = Suspects(keys.suspects(lane, "rebuild"), waiting)
+        due = suspects.due(client, ROW_FIELDS)
         pushed = repush(client, missing_from_redis(client, keys, due.rows), admit=True)
         suspects.forget(client, due)
         if state.status:
@@ -274,12 +276,11 @@ def rebuild_lane(client: redis.Redis, keys: Keys, lane: str, *, dry_run: bool = 
     admit = epoch is None or epoch != done
     after: tuple[datetime, str] | None = None
     cutoff = datetime.now(UTC) - timedelta(seconds=float(get_config()["REDIS_TIMEOUT"]) + 1)
-    active = Q(lane=lane, status__in=ACTIVE_STATUSES)
-    base = JobRun.objects.filter(owned_by(keys), active, updated_at__lt=cutoff)
+    active = owned_by(keys) & Q(lane=lane, status__in=ACTIVE_STATUSES)
+    base = JobRun.objects.filter(active, updated_at__lt=cutoff)
     fields = (*ROW_FIELDS, "worker")
     # This command's own set: a dry run leaves nothing behind for the workers to push.
     suspects = Suspects(keys.suspects(lane, f"command-{uuid.uuid4().hex}"), active)
-    noted_at = time.time()
     try:
         while True:
             query = base
@@ -290,10 +291,10 @@ def rebuild_lane(client: redis.Redis, keys: Keys, lane: str, *, dry_run: bool = 
                 break
             after = (rows[-1].updated_at, str(rows[-1].pk))
             checked += len(rows)
-            suspects.note(client, lost_runs(client, keys, rows), now=noted_at)
+            suspects.note(client, lost_runs(client, keys, rows))
         if suspects.count(client):
             time.sleep(CONFIRM_AFTER)
-        while (due := suspects.due(client, owned_by(keys), fields)).members:
+        while (due := suspects.due(client, fields)).members:
             lost = lost_runs(client, keys, due.rows)
             missing += len(lost)
             if lost and not dry_run:

@@ -52,8 +52,9 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
     if not client.set(keys.repair_lock(lane), "1", nx=True, ex=int(INTERVAL)):
         return 0
     fields = (*rebuild.ROW_FIELDS, "worker")
-    suspects = Suspects(keys.suspects(lane, "repair"), Q(lane=lane, status__in=ACTIVE_STATUSES))
-    due = suspects.due(client, rebuild.owned_by(keys), fields)
+    stale = rebuild.owned_by(keys) & Q(lane=lane, status__in=ACTIVE_STATUSES)
+    suspects = Suspects(keys.suspects(lane, "repair"), stale)
+    due = suspects.due(client, fields)
     # The job hash alone is gone (the dataset is intact, or the epoch would have changed): its
     # skip limits are still counted, so the push does not count them again.
     changed = rebuild.repush(client, rebuild.lost_runs(client, keys, due.rows), admit=False)
@@ -62,9 +63,7 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
     cutoff = now - timedelta(seconds=2 * float(get_config()["ABANDON_AFTER"]))
     mark_key = keys.repair_mark(lane)
     mark = client.get(mark_key)
-    rows = JobRun.objects.filter(
-        rebuild.owned_by(keys), lane=lane, status__in=ACTIVE_STATUSES, updated_at__lt=cutoff
-    )
+    rows = JobRun.objects.filter(stale, updated_at__lt=cutoff)
     if mark:
         stamp, _, mark_pk = as_text(mark).partition("|")
         after = datetime.fromisoformat(stamp)

@@ -80,8 +80,7 @@ class SuccessWriter(threading.Thread):
         write_outcomes([update for finished in batch if (update := finished.outcome.update) is not None])
         self.writes += 1
         self.written += len(batch)
-        for finished in batch:
-            self.claimer.finish(finished)
+        self.claimer.finish(batch)
         for finished in batch:
             settle = finished.outcome.settle
             if settle is None:

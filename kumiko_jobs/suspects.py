@@ -36,22 +36,22 @@ BATCH = 500
 @dataclass(frozen=True)
 class Suspects:
     """One task's suspects on one lane; ``still_lost`` is the filter a confirmed row must match
-    besides its unchanged ``updated_at`` (status, ``pushed_at``)."""
+    besides its unchanged ``updated_at`` (this deployment's runs, status, ``pushed_at``)."""
 
     key: str
     still_lost: Q
 
-    def note(self, client: redis.Redis, rows: Sequence[JobRun], *, now: float | None = None) -> None:
+    def note(self, client: redis.Redis, rows: Sequence[JobRun]) -> None:
         """Remember runs Redis did not hold (a run noted twice keeps its first time)."""
         if rows:
-            noted = time.time() if now is None else now
-            client.zadd(self.key, {_member(row): noted for row in rows}, nx=True)
+            now = time.time()
+            client.zadd(self.key, {_member(row): now for row in rows}, nx=True)
 
-    def due(self, client: redis.Redis, owned: Q, fields: Sequence[str], *, now: float | None = None) -> Due:
+    def due(self, client: redis.Redis, fields: Sequence[str]) -> Due:
         """Suspects noted CONFIRM_AFTER ago or earlier (at most BATCH), with the rows among them
         that are still unchanged and match ``still_lost``. Redis is not asked here: the caller
         checks (and pushes uniquely) after its own filters."""
-        cutoff = (time.time() if now is None else now) - CONFIRM_AFTER
+        cutoff = time.time() - CONFIRM_AFTER
         raw = client.zrangebyscore(self.key, "-inf", cutoff, start=0, num=BATCH)
         members = [as_text(m) for m in raw if isinstance(m, bytes | str)]
         if not members:
@@ -60,7 +60,7 @@ class Suspects:
         for member in members:
             pk, _, stamp = member.partition("|")
             unchanged |= Q(pk=pk, updated_at=datetime.fromisoformat(stamp))
-        rows = list(JobRun.objects.filter(owned, self.still_lost, unchanged).only(*fields))
+        rows = list(JobRun.objects.filter(self.still_lost, unchanged).only(*fields))
         return Due(members, rows)
 
     def forget(self, client: redis.Redis, due: Due) -> None:

@@ -128,7 +128,7 @@ def test_an_attempt_that_ends_while_the_lane_is_idle_is_finished_by_its_thread(
         wait_until(lambda: claimer._idle, 10, "the claimer waiting for work")
         meta = JobMeta.from_json(first.job.meta_raw)
         claimer.finish(
-            Finished(first.job.job_id, first.member, Outcome("ok", "succeeded", release_of(None, meta)))
+            [Finished(first.job.job_id, first.member, Outcome("ok", "succeeded", release_of(None, meta)))]
         )
         # Told by this thread at once: the slot is free, and the claimer, woken, claims the third.
         assert client.zscore(keys.started("worker"), first.member) is None

@@ -44,6 +44,9 @@ def chaos_workers(start_worker: Any, ledger: Ledger) -> Any:
     return start
 
 
+THREADED = ("worker", "--threads", "4")
+
+
 def dispatch_many(count: int, ms: float = 5.0, **options: Any) -> list[str]:
     with transaction.atomic():
         return [str(dispatch("tests.chaos_work", {"i": i, "ms": ms}, **options).run_id) for i in range(count)]
@@ -54,14 +57,16 @@ def test_sigkill_loop_loses_nothing_and_recovers_within_the_lease(
 ) -> None:
     rng = random.Random(8)
     run_ids = dispatch_many(1000, ms=20)
-    workers = [chaos_workers() for _ in range(3)]
+    # One of them, and every replacement, a --threads worker: its ready jobs die with it too
+    # (claiming.py).
+    workers = [chaos_workers(*(THREADED if n == 0 else ())) for n in range(3)]
     kills: list[float] = []
     for _ in range(6):
         time.sleep(rng.uniform(0.8, 1.6))
         victim = workers.pop(rng.randrange(len(workers)))
         victim.kill_group()
         kills.append(time.time())
-        workers.append(chaos_workers())
+        workers.append(chaos_workers(*THREADED))
     figures = figures_of("sigkill loop (3 workers, 6 kills, 1000 jobs of 20 ms)", run_ids, ledger, 120)
     # Recovery: a run whose execution a kill interrupted starts again within the lease + 10 s.
     lines = ledger.lines()
@@ -117,7 +122,8 @@ def test_redis_restart_without_persistence_under_load_loses_nothing(
 ) -> None:
     url, server = private_redis
     env = {"KUMIKO_REDIS_URL": url}
-    workers = [chaos_workers(env=env, wait=False) for _ in range(2)]
+    # One a --threads worker: its claimer waits the outage out with the finishes it holds.
+    workers = [chaos_workers(*(THREADED if n == 0 else ()), env=env, wait=False) for n in range(2)]
     accepted: list[str] = []
     refused = 0
     downtime: list[float] = []
