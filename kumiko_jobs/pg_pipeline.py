@@ -138,9 +138,14 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
         prepared = connection.alias not in _unprepared
         # Prepared (one blocking round trip on a statement's first use here) before the pipeline.
         names = [_prepared_name(connection, pgconn, sql) if prepared else None for sql, _ in statements]
+        # set_config prepared too: parsing and planning it again cost the server ~10 us a call.
+        async_commit = _prepared_name(connection, pgconn, _ASYNC_COMMIT) if prepared else None
         pgconn.enter_pipeline_mode()
         try:
-            pgconn.send_query_params(_ASYNC_COMMIT, None)
+            if async_commit is None:
+                pgconn.send_query_params(_ASYNC_COMMIT, None)
+            else:
+                pgconn.send_query_prepared(async_commit, None)
             for (sql, params), name in zip(statements, names, strict=True):
                 if name is None:
                     pgconn.send_query_params(sql, params)
@@ -152,7 +157,7 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
         except BaseException:
             connection.close()
             raise
-    return Pending(connection, pgconn, statements, any(name is not None for name in names))
+    return Pending(connection, pgconn, statements, any(name is not None for name in [async_commit, *names]))
 
 
 def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> int:

@@ -197,5 +197,5 @@ def test_pipelined_writes_off_sends_them_through_a_cursor(settings: Any) -> None
     assert _prepared_here() == []
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "PIPELINED_WRITES": True}
     records.insert_queued([_row("on")])
-    assert len(_prepared_here()) == 1  # the INSERT, prepared on this session
+    assert len(_prepared_here()) == 2  # set_config and the INSERT, prepared on this session
     assert JobRun.objects.get(job_id="off-job").error == "through a cursor"
