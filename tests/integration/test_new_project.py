@@ -208,11 +208,12 @@ def test_a_new_project_runs_jobs_and_shows_them(
     )
     # startproject's DEBUG = True keeps every query in connection.queries, so the run-record
     # writes go through a cursor; with DEBUG off (production) they take libpq's pipeline,
-    # prepared on the session (pg_pipeline.py). Both paths run here.
+    # prepared on the session (pg_pipeline.py): the INSERT and the set_config before it. Both
+    # paths run here.
     assert manage("shell", "--no-imports", "-c", more).strip() == "0"
     production = {"DJANGO_SETTINGS_MODULE": "mysite.production"}
     more_in_production = more.replace("100, 150", "150, 200")
-    assert manage("shell", "--no-imports", "-c", more_in_production, **production).strip() == "1"
+    assert manage("shell", "--no-imports", "-c", more_in_production, **production).strip() == "2"
     worked = manage("runjobs", "--lane", "worker", "--burst", stderr=True, **production)
     # Django's default logging, CONN_MAX_AGE 0: the worker's lines reach stderr, and it keeps
     # one connection for its 101 jobs (it once opened one per job).
