@@ -4,10 +4,10 @@ The run writes on the hot path (a dispatch's INSERT, a worker's outcome UPDATE) 
 statements outside any transaction, committed without waiting for the WAL flush. Sent through
 a Django cursor, psycopg's client-side binding quotes each of the ~30 parameters in Python,
 PostgreSQL parses and plans the 33-column INSERT again (~110 us of its ~320), and the caller
-sits idle meanwhile: together more than RQ's whole enqueue. Here the statement is prepared
-once per connection and goes out in libpq's pipeline mode as ``set_config('synchronous_commit',
-'off', true)`` plus the prepared statement with text parameters and one Sync: one implicit
-transaction, so the setting ends with it, and one round trip. ``send`` returns at once: a
+sits idle meanwhile: together more than RQ's whole enqueue. Here the statement and a
+``set_config('synchronous_commit', 'off', true)`` are prepared once per connection and go out in
+libpq's pipeline mode, the setting first, then the statement with text parameters, and one
+Sync: one implicit transaction, so the setting ends with it, and one round trip. ``send`` returns at once: a
 dispatch pushes to Redis while PostgreSQL inserts its row. (``SET LOCAL`` would apply too, but
 the server answers it with a WARNING on every statement outside an explicit transaction.)
 
@@ -138,7 +138,7 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
         prepared = connection.alias not in _unprepared
         # Prepared (one blocking round trip on a statement's first use here) before the pipeline.
         names = [_prepared_name(connection, pgconn, sql) if prepared else None for sql, _ in statements]
-        # set_config prepared too: parsing and planning it again cost the server ~10 us a call.
+        # set_config prepared too: parsing and planning it on every call delayed the answer ~15 us.
         async_commit = _prepared_name(connection, pgconn, _ASYNC_COMMIT) if prepared else None
         pgconn.enter_pipeline_mode()
         try:
