@@ -36,7 +36,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -136,17 +136,14 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
 
             raise OperationalError("the connection is closed, broken or inside a transaction")
         prepared = connection.alias not in _unprepared
+        # The setting goes first, as one more statement: prepared like the others (parsing and
+        # planning it on every call delayed the answer ~15 us).
+        sent: list[Statement] = [(_ASYNC_COMMIT, ()), *statements]
         # Prepared (one blocking round trip on a statement's first use here) before the pipeline.
-        names = [_prepared_name(connection, pgconn, sql) if prepared else None for sql, _ in statements]
-        # set_config prepared too: parsing and planning it on every call delayed the answer ~15 us.
-        async_commit = _prepared_name(connection, pgconn, _ASYNC_COMMIT) if prepared else None
+        names = [_prepared_name(connection, pgconn, sql) if prepared else None for sql, _ in sent]
         pgconn.enter_pipeline_mode()
         try:
-            if async_commit is None:
-                pgconn.send_query_params(_ASYNC_COMMIT, None)
-            else:
-                pgconn.send_query_prepared(async_commit, None)
-            for (sql, params), name in zip(statements, names, strict=True):
+            for (sql, params), name in zip(sent, names, strict=True):
                 if name is None:
                     pgconn.send_query_params(sql, params)
                 else:
@@ -157,7 +154,7 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
         except BaseException:
             connection.close()
             raise
-    return Pending(connection, pgconn, statements, any(name is not None for name in [async_commit, *names]))
+    return Pending(connection, pgconn, statements, any(name is not None for name in names))
 
 
 def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> int:
@@ -170,7 +167,7 @@ def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> 
     trip, on its first use here), or None to send it unprepared (the prepare failed: the
     statement, sent as it is, fails the same way if the SQL or the connection is at fault)."""
     names = _prepared.setdefault(connection.connection, set())
-    name = b"kumiko_" + hashlib.blake2b(sql, digest_size=8).hexdigest().encode()
+    name = _name_of(sql)
     if name not in names:
         result = pgconn.prepare(name, sql)
         from psycopg import pq
@@ -179,6 +176,12 @@ def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> 
             return None
         names.add(name)
     return name
+
+
+@lru_cache(maxsize=256)
+def _name_of(sql: bytes) -> bytes:
+    """A statement's prepared name: its SQL's hash (the hot path sends the same few texts)."""
+    return b"kumiko_" + hashlib.blake2b(sql, digest_size=8).hexdigest().encode()
 
 
 def _read(pgconn: Any) -> list[Any]:
