@@ -21,7 +21,6 @@ caps, retries, the admin, crash repair.
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -36,6 +35,7 @@ from django.utils.module_loading import import_string
 
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_ids import new_run_id
 from kumiko_jobs.task_class import KumikoTask
 from kumiko_jobs.task_jobs import QUEUE_LANES, definition_for, lane_of, register_task
 from kumiko_jobs.task_payloads import envelope
@@ -109,7 +109,7 @@ class KumikoTaskBackend(BaseTaskBackend):
         from kumiko_jobs.validation import delay_seconds, validate_payload
 
         self._validate_for_enqueue(task)
-        run_id = uuid.uuid4()
+        run_id = new_run_id()
         # Built first, as Django's backends do: arguments that are not JSON raise here, before
         # anything is written.
         result: TaskResult[P, R] = TaskResult(

@@ -7,10 +7,10 @@ attempt). State changes are single guarded UPDATEs in ``records.py`` and ``attem
 
 from __future__ import annotations
 
-import uuid
-
 from django.db import models
 from django.db.models import Q
+
+from kumiko_jobs.run_ids import new_run_id
 
 
 class RunStatus(models.TextChoices):
@@ -27,7 +27,7 @@ FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.DROPPED)
 
 
 class JobRun(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_run_id, editable=False)
     job_name = models.CharField(max_length=200)
     # NULL means "no tenant" (system runs); the id of a tenant is never empty.
     tenant_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001

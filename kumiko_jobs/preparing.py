@@ -22,6 +22,7 @@ from kumiko_jobs.gates import Gates, gates_for
 from kumiko_jobs.jobdata import JobMeta, encode_data, job_fields
 from kumiko_jobs.observability import current_correlation_id, current_trace_carrier
 from kumiko_jobs.pushing import PreparedJob
+from kumiko_jobs.run_ids import new_run_id
 from kumiko_jobs.task_payloads import task_priority
 from kumiko_jobs.tenant_history import is_tenant_visible, subject_of
 
@@ -66,7 +67,7 @@ def prepare(
     InvalidPayload names a non-primitive one; ``encoded``: the payload encoded already, by
     ``encode`` with this job's name; ``trace``: ``current_trace_carrier()`` read already, by a
     caller preparing many)."""
-    run_id = run_id or uuid.uuid4()
+    run_id = run_id or new_run_id()
     wrapper = definition.per_tenant and tenant_id is None
     gates = gates_for(definition, tenant_id, get_keys(), wrapper=wrapper)
     meta = JobMeta(

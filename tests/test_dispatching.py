@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ def test_dispatch_records_queued_run_and_drain_runs_it(
     tenant = tenants[0]
     result = dispatch("tests.record", {"n": 1}, tenant=tenant)
     assert result.status == "queued"
+    assert result.run_id and uuid.UUID(result.run_id).version == 7  # time-ordered: run_ids.py
     run = JobRun.objects.get(pk=result.run_id)
     assert (run.status, run.job_id, run.tenant_id, run.attempt) == (
         "queued",

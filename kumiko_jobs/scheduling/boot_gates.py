@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +28,7 @@ from kumiko_jobs.exceptions import BootGateFailed
 from kumiko_jobs.execution import RecordStartAtOnce, execute
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_ids import new_run_id
 
 logger = logging.getLogger("kumiko_jobs")
 TRIGGER_NAME = "boot_gate"
@@ -47,7 +47,7 @@ def run_boot_gates(lane: str, *, worker: str) -> int:
 
 
 def run_gate(definition: JobDefinition, *, worker: str) -> None:
-    run_id = uuid.uuid4()
+    run_id = new_run_id()
     meta = JobMeta(
         run_id=str(run_id),
         job_name=definition.name,
