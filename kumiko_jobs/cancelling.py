@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import redis
-from rq.utils import utcformat
 
 from kumiko_jobs import records, run_events
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
+from kumiko_jobs.jobdata import rq_time
 from kumiko_jobs.scripts import CancelArgs, argv, scripts_for
 
 logger = logging.getLogger("kumiko_jobs")
@@ -61,7 +61,7 @@ def cancel_queued(
     for start in range(0, len(ids), BATCH):
         batch = ids[start : start + BATCH]
         api_queue, worker_queue = (keys.queue_name(lane) for lane in LANES)
-        args = CancelArgs(api_queue, worker_queue, utcformat(now), CANCELED_TTL)
+        args = CancelArgs(api_queue, worker_queue, rq_time(now), CANCELED_TTL)
         codes = scripts_for(client).cancel(keys=[keys.active], args=argv(args, *batch))
         for job_id, raw in zip(batch, codes, strict=True):
             code = raw.decode()

@@ -17,12 +17,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rq.utils import utcformat
-
 from kumiko_jobs.exceptions import InvalidPayload, MalformedJob
 
 # A real, importable entry point, so a stock RQ worker with the JSON serializer could run it too.
 ENTRY_POINT = "kumiko_jobs.execution.perform_rq_job"
+
+# Compact JSON, as json.dumps(..., separators=(",", ":")) writes it. One shared encoder: dumps()
+# with any option builds a new JSONEncoder on every call (the encoder keeps no state between
+# calls, so threads may share it).
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def rq_time(moment: datetime) -> str:
+    """A time as RQ stores it in job hashes and registries (``rq.utils.utcformat``: the
+    moment's own fields, microseconds, a "Z"), from isoformat, which is ~4x quicker than the
+    strftime RQ uses; every dispatch and every lane step writes one."""
+    return moment.isoformat(timespec="microseconds")[:26] + "Z"
+
 
 # Smaller data is stored as plain JSON, which RQ reads too (it falls back to the raw bytes when
 # zlib refuses them). Measured: zlib.compress costs ~11-33 us whatever the size (it sets up
@@ -99,7 +110,7 @@ class JobMeta:
             raw["at"] = self.scheduled_at
         if self.zone:
             raw["zone"] = self.zone
-        return json.dumps(raw, separators=(",", ":"))
+        return compact_json(raw)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> JobMeta:
@@ -153,8 +164,19 @@ def _optional_text(value: object, max_length: int) -> str | None:
     return None if value is None else _text(value, max_length)
 
 
-def encode_data(job_name: str, payload: Mapping[str, Any], max_bytes: int | None = None) -> bytes:
-    raw = json.dumps([ENTRY_POINT, None, [job_name, payload], {}], separators=(",", ":")).encode()
+def encode_data(
+    job_name: str,
+    payload: Mapping[str, Any],
+    max_bytes: int | None = None,
+    *,
+    payload_json: str | None = None,
+) -> bytes:
+    """RQ's ``data`` field: ``[ENTRY_POINT, null, [job_name, payload], {}]`` as compact JSON.
+    ``payload_json``: ``compact_json(payload)`` made already (the run row stores the same
+    text), spliced in instead of encoding the payload a second time."""
+    if payload_json is None:
+        payload_json = compact_json(payload)
+    raw = f'["{ENTRY_POINT}",null,[{compact_json(job_name)},{payload_json}],{{}}]'.encode()
     if max_bytes is not None and len(raw) > max_bytes:
         raise InvalidPayload(
             "$",
@@ -196,27 +218,25 @@ def decode_payload(data: bytes) -> dict[str, Any]:
 def job_fields(
     *,
     queue_name: str,
-    payload: Mapping[str, Any],
+    data: bytes,
     meta: JobMeta,
     now: datetime,
     timeout: float | None,
     result_ttl: int,
     failure_ttl: int,
     status: str,
-    max_payload_bytes: int | None = None,
     priority: int | None = None,
-    data: bytes | None = None,
 ) -> list[Any]:
-    """Field/value pairs of a new job hash, in RQ's format. ``priority`` orders a Django task's
-    run in its ordered flow (kumiko_pri, read by lua/flow_store.lua); ``data``: the payload
-    encoded already (``encode_data``), for runs that share it."""
-    stamp = utcformat(now)
+    """Field/value pairs of a new job hash, in RQ's format. ``data``: the payload encoded
+    (``encode_data``, which checks its size); ``priority`` orders a Django task's run in its
+    ordered flow (kumiko_pri, read by lua/flow_store.lua)."""
+    stamp = rq_time(now)
     # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
     # field is an argument of the enqueue script call.
     pairs: list[Any] = [
         "created_at", stamp,
         "enqueued_at", stamp,
-        "data", data if data is not None else encode_data(meta.job_name, payload, max_payload_bytes),
+        "data", data,
         "origin", queue_name,
         "description", f"{meta.job_name} (tenant {meta.tenant_id or '-'})",
         "status", status,

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from rq.utils import utcformat
 
 from kumiko_jobs import script_calls
+from kumiko_jobs.jobdata import rq_time
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.outcome_counts import tally
 from kumiko_jobs.outcomes import Outcome
@@ -98,7 +98,7 @@ def step(
     counts = tally.take(lane, force=not claims)
     args = FinishAndClaimArgs(
         now=stamp,
-        now_iso=utcformat(now),
+        now_iso=rq_time(now),
         worker=claims[0].worker if claims else "",
         deadline=max((claim.deadline for claim in claims), default=0.0),
         lane_prefix=keys.lane(lane),
@@ -152,9 +152,7 @@ class Stepper:
 def promote_due(client: redis.Redis, keys: Keys, lane: str, limit: int = 500) -> float | None:
     """Queue delayed jobs that are due (and sweep stock RQ pushes); return the next due time."""
     now = time.time()
-    args = PromoteArgs(
-        now=now, limit=limit, now_iso=utcformat(datetime.now(UTC)), lane_prefix=keys.lane(lane)
-    )
+    args = PromoteArgs(now=now, limit=limit, now_iso=rq_time(datetime.now(UTC)), lane_prefix=keys.lane(lane))
     _count, next_due = scripts_for(client).promote(
         keys=[keys.scheduled(lane), keys.queue(lane)], args=argv(args)
     )

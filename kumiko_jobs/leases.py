@@ -10,14 +10,13 @@ import time
 from datetime import UTC, datetime
 
 import redis
-from rq.utils import utcformat
 
 from kumiko_jobs import faults, outcomes, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.exceptions import KumikoJobsError, MalformedJob
 from kumiko_jobs.gates import gates_for
-from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.jobdata import JobMeta, rq_time
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.lane import ending_of
 from kumiko_jobs.models import FINISHED_STATUSES
@@ -72,7 +71,7 @@ def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
     faults.crash_point("reap:after_record")
     args = ReapArgs(
         now=time.time(),
-        now_iso=utcformat(datetime.now(UTC)),
+        now_iso=rq_time(datetime.now(UTC)),
         member=member,
         job_id=job_id,
         lane_prefix=keys.lane(lane),
@@ -135,7 +134,7 @@ class Heartbeat(threading.Thread):
         script = scripts_for(self.client).heartbeat
         while not self._stop_event.wait(interval):
             args = HeartbeatArgs(
-                deadline=time.time() + ttl, worker_ttl=ttl, now_iso=utcformat(datetime.now(UTC))
+                deadline=time.time() + ttl, worker_ttl=ttl, now_iso=rq_time(datetime.now(UTC))
             )
             with self._lock:
                 members = sorted(self._members)

@@ -37,8 +37,10 @@ class Encoded:
 
 
 def encode(job_name: str, payload: Mapping[str, Any]) -> Encoded:
-    data = encode_data(job_name, payload, int(get_config()["MAX_PAYLOAD_BYTES"]))
-    return Encoded(data=data, json=run_rows.encode_payload(payload))
+    """The payload encoded once: the row's JSON text, spliced into the job hash's data."""
+    text = run_rows.encode_payload(payload)
+    data = encode_data(job_name, payload, int(get_config()["MAX_PAYLOAD_BYTES"]), payload_json=text)
+    return Encoded(data=data, json=text)
 
 
 def prepare(
@@ -125,30 +127,31 @@ def prepared_from_meta(
     now = now or timezone.now()
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
-    jid = job_id or f"{keys.id_tag}-{uuid.UUID(meta.run_id).hex}"
+    run_id = uuid.UUID(meta.run_id)
+    jid = job_id or f"{keys.id_tag}-{run_id.hex}"
+    encoded = encoded or encode(meta.job_name, payload)
     fields = job_fields(
         queue_name=keys.queue_name(definition.lane),
-        payload=payload,
+        data=encoded.data,
         meta=meta,
         now=now,
         timeout=definition.timeout,
         result_ttl=int(config["RESULT_TTL"]),
         failure_ttl=int(config["FAILURE_TTL"]),
         status="scheduled" if run_at else "queued",
-        max_payload_bytes=int(config["MAX_PAYLOAD_BYTES"]),
         # A Django task's run waits in priority order; its payload says which (task_jobs.py).
         priority=task_priority(payload) if definition.task is not None else None,
-        data=encoded.data if encoded else None,
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = run_rows.new_run_row(
         meta=meta,
+        run_id=run_id,
         job_id=jid,
         payload=payload,
         queued_at=now,
         next_attempt_at=next_at,
         retry_of=retry_of,
-        payload_json=encoded.json if encoded else None,
+        payload_json=encoded.json,
     )
     return PreparedJob(
         job_id=jid,

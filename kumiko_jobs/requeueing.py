@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import redis
-from rq.utils import as_text, utcformat
+from rq.utils import as_text
 
 from kumiko_jobs import records
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.exceptions import MalformedJob
 from kumiko_jobs.gates import gates_for
-from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.jobdata import JobMeta, rq_time
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scripts import RequeueArgs, argv, scripts_for
 
@@ -55,7 +55,7 @@ def requeue_jobs(job_ids: Iterable[str], *, client: redis.Redis | None = None) -
         for job_id, job_limits in zip(batch, limits, strict=True):
             args += [job_id, "\n".join(str(limit) for limit, _ in job_limits)]
         api_queue, worker_queue = (keys.queue_name(lane) for lane in LANES)
-        header = RequeueArgs(api_queue, worker_queue, utcformat(now))
+        header = RequeueArgs(api_queue, worker_queue, rq_time(now))
         codes = scripts_for(client).requeue(keys=[keys.active], args=argv(header, *args))
         for job_id, job_limits, raw in zip(batch, limits, codes, strict=True):
             code = raw.decode()

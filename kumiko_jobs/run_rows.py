@@ -24,7 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from kumiko_jobs import pg_pipeline
-from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.jobdata import JobMeta, compact_json
 from kumiko_jobs.models import JobRun, RunStatus
 
 # Rows per multi-row statement: SQLite allows 32,766 parameters, PostgreSQL 65,535.
@@ -64,8 +64,9 @@ class RunRow:
 
 
 def encode_payload(payload: Mapping[str, Any]) -> str:
-    """The payload column's JSON text (payloads are validated JSON, see validation.py)."""
-    return json.dumps(payload, separators=(",", ":"))
+    """The payload column's JSON text (payloads are validated JSON, see validation.py): compact,
+    as in the job hash's data, which splices this text in (jobdata.encode_data)."""
+    return compact_json(payload)
 
 
 # RunRow's attribute feeding each column it sets; payload's column takes the encoded text.
@@ -214,15 +215,16 @@ def new_run_row(
     job_id: str,
     payload: Mapping[str, Any],
     queued_at: datetime,
+    run_id: uuid.UUID | None = None,
     status: str = RunStatus.QUEUED,
     next_attempt_at: datetime | None = None,
     retry_of: uuid.UUID | None = None,
     payload_json: str | None = None,
 ) -> RunRow:
     """The row of a run described by ``meta``, queued (or, for a row a worker creates late,
-    ``status``) at ``queued_at``."""
+    ``status``) at ``queued_at``; ``run_id``: ``meta.run_id`` parsed already."""
     return RunRow(
-        id=uuid.UUID(meta.run_id),
+        id=run_id or uuid.UUID(meta.run_id),
         job_name=meta.job_name,
         tenant_id=meta.tenant_id,
         status=status,

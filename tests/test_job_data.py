@@ -3,16 +3,20 @@ way (django-rq's dashboard and rq tools show our jobs through RQ's Job)."""
 
 from __future__ import annotations
 
+import json
 import zlib
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.utils import utcformat, utcparse
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.jobdata import COMPRESS_FROM, ENTRY_POINT, decode_payload
+from kumiko_jobs.jobdata import COMPRESS_FROM, ENTRY_POINT, decode_payload, encode_data, rq_time
+from kumiko_jobs.run_rows import encode_payload
 from kumiko_jobs.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,3 +63,30 @@ def test_a_metas_run_id_is_checked_and_kept_in_its_canonical_form(run: Any, expe
             JobMeta.from_json(raw)
     else:
         assert JobMeta.from_json(raw).run_id == expected
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"n": 1}, {"text": 'grüße \u2603 "quoted" \\ back'}, {"nested": {"a": [1, 2.5, None, True]}}],
+)
+def test_data_splices_the_rows_payload_text_into_the_same_bytes_rq_would_write(payload: Any) -> None:
+    # encode_data reuses the row's payload text instead of encoding the payload twice: the
+    # bytes must be exactly those of encoding the whole list, which RQ's serializer reads.
+    whole = json.dumps([ENTRY_POINT, None, ["tests.record", payload], {}], separators=(",", ":")).encode()
+    assert encode_data("tests.record", payload) == whole
+    assert encode_data("tests.record", payload, payload_json=encode_payload(payload)) == whole
+    assert JSONSerializer.loads(whole) == [ENTRY_POINT, None, ["tests.record", payload], {}]
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 12, 3, 17, 14, 9, 123456, tzinfo=UTC),
+        datetime(2026, 12, 3, 17, 14, 9, tzinfo=UTC),  # no microseconds: still six digits
+        datetime(2026, 1, 2, 3, 4, 5, 6),  # naive (USE_TZ off)
+        datetime(2026, 6, 1, 12, 0, 0, 500, tzinfo=timezone(timedelta(hours=9))),
+    ],
+)
+def test_rq_time_writes_what_rqs_utcformat_writes(moment: datetime) -> None:
+    assert rq_time(moment) == utcformat(moment)
+    assert utcparse(rq_time(moment)) == moment.replace(tzinfo=UTC)  # RQ reads its fields back
