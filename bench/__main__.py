@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from bench.environment import (
 from bench.peer_rates import FULL as PEERS_FULL
 from bench.peer_rates import QUICK as PEERS_QUICK
 from bench.peer_rates import PeerSizes
-from bench.results import Ratio, Report
+from bench.results import Rate, Ratio, Report, paired_ratios
 from bench.schedules import FULL as SCHEDULES_FULL
 from bench.schedules import QUICK as SCHEDULES_QUICK
 from bench.schedules import Plan as SchedulePlan
@@ -60,7 +61,8 @@ SECTIONS = (
 class Plan:
     """How many jobs each measurement uses. Sized so a full run stays under ~4 minutes on 2 cores."""
 
-    dispatch: int
+    dispatch: int  # calls per side and round of the enqueue comparisons
+    enqueue_rounds: int  # their rounds: many short ones, paired (bench/dispatch_rate.py)
     rounds: int
     worker: int
     fork: int
@@ -77,7 +79,8 @@ class Plan:
 
 # The forking Worker runs ~65 jobs/s here, so it gets fewer jobs than the others.
 FULL = Plan(
-    dispatch=3000,
+    dispatch=600,
+    enqueue_rounds=15,
     rounds=3,
     worker=2000,
     fork=400,
@@ -92,6 +95,7 @@ FULL = Plan(
 )
 QUICK = Plan(
     dispatch=200,
+    enqueue_rounds=2,
     rounds=1,
     worker=200,
     fork=30,
@@ -190,6 +194,16 @@ def run(args: argparse.Namespace, argv: list[str], console: Console) -> tuple[Re
     return report, connection.vendor
 
 
+def _paired(label: str, a: Rate, b: Rate, target: float, report: Report) -> Ratio:
+    """The median of the round-by-round ratios; their range goes to the notes."""
+    ratios = sorted(paired_ratios(a, b))
+    report.notes.append(
+        f"{label}: the median of {len(ratios)} paired rounds (each pair back to back, the order "
+        f"alternating); the pairs ranged {ratios[0]:.2f}..{ratios[-1]:.2f}."
+    )
+    return Ratio(label, statistics.median(ratios), target)
+
+
 def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report, console: Console) -> None:
     sections = args.only or SECTIONS
     if "peers" in sections:
@@ -200,19 +214,17 @@ def measure(env: BenchEnv, plan: Plan, args: argparse.Namespace, report: Report,
     if "dispatch" in sections:
         from bench.dispatch_rate import measure_dispatch
 
-        console.log(f"dispatch() vs Queue.enqueue: {plan.rounds} x {plan.dispatch} jobs each")
-        ours, raw = measure_dispatch(env, plan.dispatch, plan.rounds)
+        console.log(f"dispatch() vs Queue.enqueue: {plan.enqueue_rounds} x {plan.dispatch} jobs each")
+        ours, raw = measure_dispatch(env, plan.dispatch, plan.enqueue_rounds)
         report.rates += [ours, raw]
-        report.ratios.append(Ratio("dispatch() / rq Queue.enqueue", ours.per_second / raw.per_second, 1.0))
+        report.ratios.append(_paired("dispatch() / rq Queue.enqueue", ours, raw, 1.0, report))
     if "tasks" in sections:
         from bench.tasks import measure_tasks
 
-        console.log(f"Task.enqueue() vs dispatch(): {plan.rounds} x {plan.dispatch} each")
-        enqueued, dispatched = measure_tasks(env, plan.dispatch, plan.rounds)
+        console.log(f"Task.enqueue() vs dispatch(): {plan.enqueue_rounds} x {plan.dispatch} each")
+        enqueued, dispatched = measure_tasks(env, plan.dispatch, plan.enqueue_rounds)
         report.rates += [enqueued, dispatched]
-        report.ratios.append(
-            Ratio("Task.enqueue() / dispatch()", enqueued.per_second / dispatched.per_second, 0.9)
-        )
+        report.ratios.append(_paired("Task.enqueue() / dispatch()", enqueued, dispatched, 0.9, report))
     if "workers" in sections:
         measure_worker_section(env, plan, args, report, console)
     if "commands" in sections:

@@ -28,6 +28,15 @@ class Rate:
         return f"{self.jobs / max(self.seconds):,.0f}..{self.jobs / min(self.seconds):,.0f}"
 
 
+def paired_ratios(a: Rate, b: Rate) -> list[float]:
+    """a's rate over b's, round by round: round i of each side ran back to back, so a burst of
+    load from a neighbour slows both sides of the pair alike (a ratio of the two medians pairs
+    rounds that ran at different times)."""
+    if len(a.seconds) != len(b.seconds):
+        raise ValueError(f"{a.label} and {b.label} ran {len(a.seconds)} and {len(b.seconds)} rounds")
+    return [(a.jobs / sa) / (b.jobs / sb) for sa, sb in zip(a.seconds, b.seconds, strict=True)]
+
+
 @dataclass(frozen=True)
 class Ratio:
     """``value`` against a lower bound ``target`` (an upper bound with ``at_most``); no target:
