@@ -2,13 +2,13 @@
 
 The id is the request's ``X-Request-ID`` header when it is a valid one (1-64 characters of
 letters, digits and ``._:/+=-``: it is stored on every run, in a 64-character column), else a
-new random one. It is set as ``request.correlation_id`` and returned in the response's
-``X-Request-ID`` header, so a client or proxy can quote it. Sync and async stacks both work.
+new one, time-ordered like run ids (run_ids.py: the runs' correlation index takes it). It is
+set as ``request.correlation_id`` and returned in the response's ``X-Request-ID`` header, so a
+client or proxy can quote it. Sync and async stacks both work.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +16,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from kumiko_jobs.observability import correlation_scope
+from kumiko_jobs.run_ids import new_run_id
 from kumiko_jobs.validation import is_correlation_id
 
 HEADER = "X-Request-ID"
@@ -24,7 +25,7 @@ HEADER = "X-Request-ID"
 def correlation_id_for(request: HttpRequest) -> str:
     """The request's own id if it sent a valid one, else a new one."""
     sent = request.headers.get(HEADER)
-    return sent if sent is not None and is_correlation_id(sent) else uuid.uuid4().hex
+    return sent if sent is not None and is_correlation_id(sent) else new_run_id().hex
 
 
 class CorrelationMiddleware:
