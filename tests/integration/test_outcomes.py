@@ -12,7 +12,7 @@ import pytest
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.models import RunStatus
-from tests.integration.support import log_messages
+from tests.integration.support import log_messages, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +53,13 @@ def test_flaky_job_that_never_succeeds_fails_after_its_last_attempt(
     assert run.error == "RuntimeError: flaky failure on attempt 3"
     assert "Traceback" in run.traceback and "flaky failure on attempt 3" in run.traceback
     assert len(log_messages(run, "error")) == 3
-    assert redis_client.zscore(get_keys().failed("worker"), result.job_id) is not None
+    # The record is written before Redis is told (outcomes.py): the failed registry may take the
+    # job a moment after the record says failed.
+    wait_until(
+        lambda: redis_client.zscore(get_keys().failed("worker"), result.job_id) is not None,
+        5,
+        "the job in the failed registry",
+    )
 
 
 def test_unrecoverable_error_fails_at_once_without_retries(
@@ -69,8 +75,10 @@ def test_unrecoverable_error_fails_at_once_without_retries(
     assert run.error == "UnrecoverableError: this cannot work"
     assert "raise UnrecoverableError" in run.traceback
     assert run.finished_at is not None
-    job = redis_client.hgetall(get_keys().job(result.job_id))
-    assert job[b"status"] == b"failed"
+    # Redis hears of the failure a moment after the record is written (outcomes.py).
+    key = get_keys().job(result.job_id)
+    wait_until(lambda: redis_client.hget(key, "status") == b"failed", 5, "the job hash to say failed")
+    job = redis_client.hgetall(key)
     assert b"UnrecoverableError" in zlib.decompress(job[b"exc_info"])
     # Nothing left to run: no retry was scheduled behind the final failure.
     assert redis_client.zcard(get_keys().scheduled("worker")) == 0
