@@ -67,6 +67,7 @@ class Plan:
     worker: int
     fork: int
     processes: int  # trivial jobs per run of runjobs --processes 1 and --processes 2
+    process_rounds: int  # their rounds
     commands: int
     tenancy: Sizes
     peers: PeerSizes
@@ -84,7 +85,8 @@ FULL = Plan(
     rounds=3,
     worker=2000,
     fork=400,
-    processes=4000,
+    processes=10_000,
+    process_rounds=5,
     commands=500,
     tenancy=TENANCY_FULL,
     peers=PEERS_FULL,
@@ -100,6 +102,7 @@ QUICK = Plan(
     worker=200,
     fork=30,
     processes=300,
+    process_rounds=1,
     commands=100,
     tenancy=TENANCY_QUICK,
     peers=PEERS_QUICK,
@@ -293,8 +296,8 @@ def measure_worker_section(
         f"forking Worker x {plan.fork}"
     )
     workers = measure_workers(env, plan.worker, plan.fork, plan.rounds)
-    console.log(f"workers: {plan.rounds} rounds of runjobs --processes 1 and 2 x {plan.processes}")
-    one, two = measure_processes(env, plan.processes, plan.rounds)
+    console.log(f"workers: {plan.process_rounds} rounds of runjobs --processes 1 and 2 x {plan.processes}")
+    one, two = measure_processes(env, plan.processes, plan.process_rounds)
     report.rates += [workers.ours, workers.simple, workers.fork, one, two]
     report.ratios += [
         Ratio("runjobs / rq SimpleWorker", workers.ours.per_second / workers.simple.per_second, 3.0),
@@ -314,7 +317,9 @@ def measure_worker_section(
         "worker registration are excluded; child wall time shown beside, and the most database "
         "connections a runjobs process opened in a round (its shutdown line). --processes: the "
         f"supervisor and its children on {plan.processes:,} runs of one tenant pushed beforehand, "
-        "each child exiting when the lane is empty (--burst)."
+        "each child exiting when the lane is empty (--burst); the rate is that of the span in "
+        "which all of a round's worker processes worked (the last one's first claim to the first "
+        "one's last finish, the runs claimed and finished in it), the whole round for one."
     )
     if args.profile is not None:
         from bench.profiling import summarise

@@ -10,6 +10,7 @@ interpreter start-up, Django set-up and worker registration fall outside it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import redis
 from rq.utils import utcparse
@@ -29,6 +30,43 @@ def recorded_busy_seconds(tag: str, count: int) -> float:
     if span["n"] != count or span["first"] is None or span["last"] is None:
         raise BenchError(f"runjobs finished {count} jobs but only {span['n']} JobRun rows say succeeded")
     return float((span["last"] - span["first"]).total_seconds())
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """The span in which every worker process that ran some of a round's runs was working: from
+    the last one's first claim to the first one's last finish, and the runs claimed and finished
+    inside it. With one process it is the whole round."""
+
+    seconds: float
+    jobs: int
+    workers: int  # processes that ran any of the runs (a short round can end before one starts)
+    stagger: float  # first claim of the last process to start minus that of the first
+
+    @property
+    def per_second(self) -> float:
+        return self.jobs / self.seconds
+
+
+def recorded_overlap(tag: str) -> Overlap:
+    """``Overlap`` of the runs of correlation id ``tag`` (their run records name the worker
+    process that ran each). A supervisor's children start up side by side, and on 2 cores the
+    one that claims first slows the other's start-up: in a round of a few seconds, the time only
+    one of them works would make a start-up cost look like a throughput one."""
+    from django.db.models import Max, Min
+
+    from kumiko_jobs.models import JobRun, RunStatus
+
+    runs = JobRun.objects.filter(correlation_id=tag, status=RunStatus.SUCCEEDED)
+    spans = list(runs.values("worker").annotate(first=Min("started_at"), last=Max("finished_at")))
+    if not spans:
+        raise BenchError(f"no run of {tag} succeeded")
+    start, end = max(span["first"] for span in spans), min(span["last"] for span in spans)
+    if end <= start:
+        raise BenchError(f"the runs of {tag}: no moment in which all {len(spans)} worker processes worked")
+    jobs = runs.filter(started_at__gte=start, finished_at__lte=end).count()
+    stagger = start - min(span["first"] for span in spans)
+    return Overlap((end - start).total_seconds(), jobs, len(spans), stagger.total_seconds())
 
 
 def recorded_start(job_id: str) -> float | None:

@@ -23,7 +23,7 @@ from bench.environment import BenchEnv, BenchError, CpuMeter
 from bench.filling import fill, fill_lane, fill_rq_queue
 from bench.results import Rate
 from bench.rqtasks import noop
-from bench.timing import recorded_busy_seconds, rq_busy_seconds
+from bench.timing import Overlap, recorded_busy_seconds, recorded_overlap, rq_busy_seconds
 
 
 def _timeout(count: int, slowest_rate: float) -> float:
@@ -132,9 +132,15 @@ def measure_workers(env: BenchEnv, count: int, fork_count: int, rounds: int) -> 
 def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rate]:
     """``runjobs --processes 1`` and ``--processes 2`` (the supervisor and its two children,
     each exiting when the lane is empty) on the same ``count`` trivial runs of one tenant,
-    pushed the fast way; rounds alternate which goes first, each rate is the median round's."""
+    pushed the fast way; rounds alternate which goes first, each rate is the median round's.
+
+    A round's rate is that of the span in which all its worker processes worked (timing.Overlap:
+    for one process, the whole round), so the ratio compares two working processes with one
+    rather than with one plus the other's start-up; the notes give first start to last end too,
+    and how far apart the children began."""
     rates = {processes: Rate(f"runjobs --processes {processes}", count) for processes in (1, 2)}
     results: dict[int, list[Round]] = {processes: [] for processes in rates}
+    overlaps: dict[int, list[Overlap]] = {processes: [] for processes in rates}
     for number in range(rounds):
         for processes in (1, 2) if number % 2 == 0 else (2, 1):
             tag = f"p{processes}_r{number}"
@@ -145,10 +151,25 @@ def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rat
                     f"runjobs --processes {processes}: {len(result.connections)} worker processes "
                     "reported their shutdown"
                 )
-            rates[processes].seconds.append(result.busy)
+            overlap = recorded_overlap(f"{env.prefix}_{tag}")
+            # Rate keeps seconds per round for a fixed job count: the time all `count` runs
+            # would take at the round's all-working rate.
+            rates[processes].seconds.append(count / overlap.per_second)
             results[processes].append(result)
+            overlaps[processes].append(overlap)
     for processes, rate in rates.items():
-        rate.note = note(results[processes])
+        whole = count / statistics.median(r.busy for r in results[processes])
+        rate.note = f"{note(results[processes])}; first start to last end {whole:,.0f}/s"
+        if processes > 1:
+            in_span = statistics.median(o.jobs for o in overlaps[processes])
+            stagger = statistics.median(o.stagger for o in overlaps[processes])
+            rate.note += (
+                f"; rate while all {processes} worked ({in_span:,.0f} runs in it), the last "
+                f"began {stagger * 1000:,.0f} ms after the first"
+            )
+            short = sum(o.workers < processes for o in overlaps[processes])
+            if short:
+                rate.note += f"; in {short} round(s) fewer processes claimed runs"
         busy = [r.machine_busy for r in results[processes] if r.machine_busy is not None]
         if busy:
             rate.note += f"; machine busy {statistics.median(busy):.1f} of {os.cpu_count()} cores meanwhile"
