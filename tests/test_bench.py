@@ -171,3 +171,47 @@ def test_upper_bound_ratios_and_counts() -> None:
     assert (connections.shown, connections.bound, connections.met) == ("3", "<= 2", False)
     scaling = Ratio("scaling", 1.62, 1.5)
     assert (scaling.shown, scaling.bound, scaling.met) == ("1.62", ">= 1.5", True)
+
+
+@pytest.mark.django_db
+def test_overlap_is_the_span_in_which_every_worker_process_worked() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bench.environment import BenchError
+    from bench.timing import recorded_overlap
+    from kumiko_jobs.models import JobRun, RunStatus
+
+    t0 = datetime(2026, 12, 4, tzinfo=UTC)
+
+    def runs(tag: str, worker: str, starts: range) -> list[JobRun]:
+        return [
+            JobRun(
+                job_name="bench.noop",
+                status=RunStatus.SUCCEEDED,
+                lane="worker",
+                job_id=f"{tag}-{worker}-{tenth}",
+                correlation_id=tag,
+                worker=worker,
+                queued_at=t0,
+                started_at=t0 + timedelta(seconds=tenth / 10),
+                finished_at=t0 + timedelta(seconds=tenth / 10 + 0.05),
+            )
+            for tenth in starts
+        ]
+
+    # p1 works from 0.0 to 0.95 s, p2 (started late) from 0.2 to 0.75 s.
+    JobRun.objects.bulk_create(
+        runs("two", "w-p1", range(10)) + runs("two", "w-p2", range(2, 8)) + runs("other", "w-p3", range(3))
+    )
+    two = recorded_overlap("two")
+    assert (two.workers, two.jobs) == (2, 12)  # 0.2..0.7 of each: claimed and finished in the span
+    assert (round(two.seconds, 6), round(two.stagger, 6)) == (0.55, 0.2)
+    # One process: the whole round.
+    one = recorded_overlap("other")
+    assert (one.workers, one.jobs, round(one.seconds, 6), one.stagger) == (1, 3, 0.25, 0.0)
+
+    JobRun.objects.bulk_create(runs("apart", "w-p1", range(3)) + runs("apart", "w-p2", range(5, 7)))
+    with pytest.raises(BenchError, match="no moment in which all 2 worker processes worked"):
+        recorded_overlap("apart")
+    with pytest.raises(BenchError, match="no run of nothing succeeded"):
+        recorded_overlap("nothing")
