@@ -244,20 +244,33 @@ def test_a_new_project_runs_jobs_and_shows_them(
     assert opened and int(opened[1]) == 20 and int(opened[2]) <= 4 + 3, worked
     batched = re.search(batching, worked)
     assert batched and int(batched[3]) == 20, worked
+    # --processes 2 from the project's own manage.py: the supervisor starts two children with
+    # the same command line, each one thread with its own connection, and exits 0 once both
+    # have emptied the lane.
+    forty = sixty.replace("200, 260", "280, 320")
+    manage("shell", "--no-imports", "-c", forty, **production)
+    worked = manage("runjobs", "--lane", "worker", "--burst", "--processes", "2", stderr=True, **production)
+    child_shutdown = r"worker \S+-p[12] .*stopped after (\d+) jobs .*; database connections opened: (\d+)"
+    children = re.findall(child_shutdown, worked)
+    assert len(children) == 2 and sum(int(jobs) for jobs, _ in children) == 40, worked
+    assert all(int(opened) <= 1 for _, opened in children), worked
     succeeded = manage(
         "shell",
         "--no-imports",
         "-c",
         "from kumiko_jobs.models import JobRun; print(JobRun.objects.filter(status='succeeded').count())",
     )
-    assert succeeded.strip() == "181"
+    assert succeeded.strip() == "221"
     status = manage(
         "shell",
         "--no-imports",
         "-c",
-        f"from kumiko_jobs.models import JobRun; print(JobRun.objects.get(job_id={done_id!r}).status)",
+        "from kumiko_jobs.models import JobRun\n"
+        f"run = JobRun.objects.get(job_id={done_id!r})\n"
+        "print(run.status, run.id.version)",
     )
-    assert status.strip() == "succeeded"
+    # Run ids are time-ordered (UUID version 7, run_ids.py) after the package's migrations.
+    assert status.strip() == "succeeded 7"
     # This one stays queued: the dashboard shows it.
     waiting_id = manage("shell", "--no-imports", "-c", shell % 2).strip()
 
