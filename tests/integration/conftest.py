@@ -17,8 +17,8 @@ import redis
 
 from kumiko_jobs.conf import redis_url
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.models import JobRun
-from tests.integration.support import WorkerProcess, database_url, wait_until
+from kumiko_jobs.models import FINISHED_STATUSES, JobRun
+from tests.integration.support import WorkerProcess, database_url, in_started_registry, wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -81,8 +81,13 @@ def start_worker(
 
 
 @pytest.fixture
-def wait_for_run() -> Callable[..., JobRun]:
-    """``wait_for_run(run_id, statuses=("succeeded", "failed"), timeout=10)`` -> the JobRun."""
+def wait_for_run(redis_client: redis.Redis) -> Callable[..., JobRun]:
+    """``wait_for_run(run_id, statuses=("succeeded", "failed"), timeout=10)`` -> the JobRun.
+
+    For final statuses it also waits until Redis has heard of the outcome: a worker writes the
+    record first (outcomes.py), then its lane step takes the job out of the started registry
+    and, in the same script, files it as failed, frees its cap slots and so on. So a test that
+    reads Redis after ``wait_for_run`` sees the settled job, not a moment before it."""
 
     def wait(
         run_id: str, statuses: tuple[str, ...] = ("succeeded", "failed"), timeout: float = 10.0
@@ -91,6 +96,12 @@ def wait_for_run() -> Callable[..., JobRun]:
             return JobRun.objects.filter(pk=run_id, status__in=statuses).first()
 
         found: JobRun = wait_until(reached, timeout, f"run {run_id} to reach {statuses}", step=0.05)
+        if set(statuses) <= set(FINISHED_STATUSES):
+            wait_until(
+                lambda: not in_started_registry(redis_client, found),
+                timeout,
+                f"Redis to hear how run {run_id} ended",
+            )
         return found
 
     return wait

@@ -9,9 +9,12 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
+
+if TYPE_CHECKING:
+    from kumiko_jobs.models import JobRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 30.0
@@ -30,6 +33,15 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(step)
+
+
+def in_started_registry(client: redis.Redis, run: JobRun) -> bool:
+    """Whether Redis still holds the run's job as started: a worker claimed it and its lane step
+    has not yet said how it ended (members are RQ's ``job_id:execution_id``)."""
+    from kumiko_jobs.connection import get_keys
+
+    members = client.zscan_iter(get_keys().started(run.lane), match=f"{run.job_id}*")
+    return any(member.decode().split(":", 1)[0] == run.job_id for member, _ in members)
 
 
 def holds_for(predicate: Callable[[], Any], seconds: float, step: float = 0.05) -> bool:

@@ -11,8 +11,8 @@ import pytest
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.models import RunStatus
-from tests.integration.support import log_messages, wait_until
+from kumiko_jobs.models import JobRun, RunStatus
+from tests.integration.support import in_started_registry, log_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -53,13 +53,7 @@ def test_flaky_job_that_never_succeeds_fails_after_its_last_attempt(
     assert run.error == "RuntimeError: flaky failure on attempt 3"
     assert "Traceback" in run.traceback and "flaky failure on attempt 3" in run.traceback
     assert len(log_messages(run, "error")) == 3
-    # The record is written before Redis is told (outcomes.py): the failed registry may take the
-    # job a moment after the record says failed.
-    wait_until(
-        lambda: redis_client.zscore(get_keys().failed("worker"), result.job_id) is not None,
-        5,
-        "the job in the failed registry",
-    )
+    assert redis_client.zscore(get_keys().failed("worker"), result.job_id) is not None
 
 
 def test_unrecoverable_error_fails_at_once_without_retries(
@@ -75,10 +69,8 @@ def test_unrecoverable_error_fails_at_once_without_retries(
     assert run.error == "UnrecoverableError: this cannot work"
     assert "raise UnrecoverableError" in run.traceback
     assert run.finished_at is not None
-    # Redis hears of the failure a moment after the record is written (outcomes.py).
-    key = get_keys().job(result.job_id)
-    wait_until(lambda: redis_client.hget(key, "status") == b"failed", 5, "the job hash to say failed")
-    job = redis_client.hgetall(key)
+    job = redis_client.hgetall(get_keys().job(result.job_id))
+    assert job[b"status"] == b"failed"
     assert b"UnrecoverableError" in zlib.decompress(job[b"exc_info"])
     # Nothing left to run: no retry was scheduled behind the final failure.
     assert redis_client.zcard(get_keys().scheduled("worker")) == 0
@@ -134,3 +126,19 @@ def test_every_run_record_names_its_worker_and_start_even_when_the_worker_wins_t
         assert (run.status, run.worker) == (RunStatus.SUCCEEDED, worker_name), n
         assert run.started_at is not None and run.finished_at is not None, n
         assert run.queued_at <= run.started_at <= run.finished_at, n
+
+
+def test_wait_for_run_returns_once_redis_has_heard_how_the_run_ended(
+    start_worker: Any, wait_for_run: Any, wait_for_traces: Any, redis_client: Any
+) -> None:
+    start_worker("worker")
+    result = dispatch("tests.sleeper", {"seconds": 0.5})
+    wait_for_traces("sleeper_start")
+    running = JobRun.objects.get(pk=result.run_id)
+    # What wait_for_run waits out: the started registry holds a claimed job until its lane step.
+    assert in_started_registry(redis_client, running)
+
+    run = wait_for_run(result.run_id)
+
+    assert run.status == RunStatus.SUCCEEDED
+    assert not in_started_registry(redis_client, run)
