@@ -214,30 +214,6 @@ def load_average() -> str:
     return " / ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
-class CpuMeter:
-    """How many cores the whole machine kept busy (/proc/stat) between start and ``busy()``:
-    tells a worker that could not scale from one whose neighbours took the CPUs."""
-
-    def __init__(self) -> None:
-        self.start = _cpu_ticks()
-
-    def busy(self) -> float | None:
-        end = _cpu_ticks()
-        if self.start is None or end is None or end[0] == self.start[0]:
-            return None
-        total, idle = end[0] - self.start[0], end[1] - self.start[1]
-        return (total - idle) / total * (os.cpu_count() or 1)
-
-
-def _cpu_ticks() -> tuple[int, int] | None:
-    """(all, idle + iowait) jiffies since boot, summed over the CPUs; None off Linux."""
-    try:
-        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return sum(fields), fields[3] + fields[4]
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -42,6 +42,8 @@ class Overlap:
     jobs: int
     workers: int  # processes that ran any of the runs (a short round can end before one starts)
     stagger: float  # first claim of the last process to start minus that of the first
+    start: float  # the span's ends as time.time(), the clock bench/machine_cpu.py samples on
+    end: float
 
     @property
     def per_second(self) -> float:
@@ -66,7 +68,8 @@ def recorded_overlap(tag: str) -> Overlap:
         raise BenchError(f"the runs of {tag}: no moment in which all {len(spans)} worker processes worked")
     jobs = runs.filter(started_at__gte=start, finished_at__lte=end).count()
     stagger = start - min(span["first"] for span in spans)
-    return Overlap((end - start).total_seconds(), jobs, len(spans), stagger.total_seconds())
+    seconds, stagger_seconds = (end - start).total_seconds(), stagger.total_seconds()
+    return Overlap(seconds, jobs, len(spans), stagger_seconds, start.timestamp(), end.timestamp())
 
 
 def recorded_start(job_id: str) -> float | None:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.children import RUNJOBS, connections_opened
-from bench.environment import BenchEnv, BenchError, CpuMeter
+from bench.environment import BenchEnv, BenchError
 from bench.filling import fill, fill_lane, fill_rq_queue
+from bench.machine_cpu import CpuSampler
 from bench.results import Rate
 from bench.rqtasks import noop
 from bench.timing import Overlap, recorded_busy_seconds, recorded_overlap, rq_busy_seconds
@@ -35,7 +36,6 @@ class Round:
     busy: float  # first start to last end
     wall: float  # child process start to exit
     connections: tuple[int, ...] = ()  # database connections each runjobs process opened
-    machine_busy: float | None = None  # cores the whole machine kept busy meanwhile
 
 
 def run_ours(
@@ -69,14 +69,14 @@ def work_off(
     opened."""
     runjobs = (*RUNJOBS, *extra_args)
     argv = runjobs if profile is None else ("-m", "cProfile", "-o", str(profile), *runjobs)
-    started, meter = time.perf_counter(), CpuMeter()
+    started = time.perf_counter()
     output = env.run_child(argv, timeout=_timeout(count, 20), **(child_env or {})).stdout
-    wall, machine_busy = time.perf_counter() - started, meter.busy()
+    wall = time.perf_counter() - started
     connections = tuple(connections_opened(output))
     if not connections:
         raise BenchError(f"runjobs printed no shutdown line; its output:\n{output.decode()[-3000:]}")
     busy = recorded_busy_seconds(f"{env.prefix}_{tag}", count)
-    return Round(busy, wall, connections, machine_busy)
+    return Round(busy, wall, connections)
 
 
 def run_rq(
@@ -137,15 +137,19 @@ def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rat
     A round's rate is that of the span in which all its worker processes worked (timing.Overlap:
     for one process, the whole round), so the ratio compares two working processes with one
     rather than with one plus the other's start-up; the notes give first start to last end too,
-    and how far apart the children began."""
+    and how far apart the children began. They also give the whole machine's CPU per job in
+    that span (the worker, PostgreSQL and Redis share the cores), and the rate the machine's
+    cores would allow at two processes' CPU per job: the most ``--processes 2`` could reach."""
     rates = {processes: Rate(f"runjobs --processes {processes}", count) for processes in (1, 2)}
     results: dict[int, list[Round]] = {processes: [] for processes in rates}
     overlaps: dict[int, list[Overlap]] = {processes: [] for processes in rates}
+    loads: dict[int, list[Load]] = {processes: [] for processes in rates}
     for number in range(rounds):
         for processes in (1, 2) if number % 2 == 0 else (2, 1):
             tag = f"p{processes}_r{number}"
             fill(env.prefix, "bench.noop", [env.tenant_id] * count, tag=tag)
-            result = work_off(env, count, tag, ("--processes", str(processes)))
+            with CpuSampler() as sampler:
+                result = work_off(env, count, tag, ("--processes", str(processes)))
             if len(result.connections) != processes:
                 raise BenchError(
                     f"runjobs --processes {processes}: {len(result.connections)} worker processes "
@@ -157,6 +161,9 @@ def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rat
             rates[processes].seconds.append(count / overlap.per_second)
             results[processes].append(result)
             overlaps[processes].append(overlap)
+            busy = sampler.busy_between(overlap.start, overlap.end)
+            if busy is not None:
+                loads[processes].append(Load(busy, busy * overlap.seconds / overlap.jobs))
     for processes, rate in rates.items():
         whole = count / statistics.median(r.busy for r in results[processes])
         rate.note = f"{note(results[processes])}; first start to last end {whole:,.0f}/s"
@@ -170,10 +177,32 @@ def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rat
             short = sum(o.workers < processes for o in overlaps[processes])
             if short:
                 rate.note += f"; in {short} round(s) fewer processes claimed runs"
-        busy = [r.machine_busy for r in results[processes] if r.machine_busy is not None]
-        if busy:
-            rate.note += f"; machine busy {statistics.median(busy):.1f} of {os.cpu_count()} cores meanwhile"
+        if loads[processes]:
+            rate.note += f"; {load_note(loads[processes])}"
+    if loads[2]:
+        rates[2].note += f"; {ceiling_note(loads[2], rates[1])}"
     return rates[1], rates[2]
+
+
+@dataclass(frozen=True)
+class Load:
+    """The whole machine in a round's all-working span: busy cores, and CPU seconds per job."""
+
+    cores: float
+    cpu_per_job: float
+
+
+def load_note(loads: Sequence[Load]) -> str:
+    cores = statistics.median(load.cores for load in loads)
+    per_job = statistics.median(load.cpu_per_job for load in loads)
+    return f"machine busy {cores:.1f} of {os.cpu_count()} cores meanwhile, {per_job * 1e6:,.0f} us CPU a job"
+
+
+def ceiling_note(loads: Sequence[Load], one: Rate) -> str:
+    """The rate all cores could give at these rounds' CPU per job, and its ratio to ``one``."""
+    cpus = os.cpu_count() or 1
+    most = cpus / statistics.median(load.cpu_per_job for load in loads)
+    return f"{cpus} cores at that CPU a job allow {most:,.0f}/s, {most / one.per_second:.2f}x of one process"
 
 
 def note(rounds: Sequence[Round]) -> str:

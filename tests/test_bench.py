@@ -215,3 +215,54 @@ def test_overlap_is_the_span_in_which_every_worker_process_worked() -> None:
         recorded_overlap("apart")
     with pytest.raises(BenchError, match="no run of nothing succeeded"):
         recorded_overlap("nothing")
+
+
+def test_cpu_sampler_answers_for_the_samples_inside_a_span() -> None:
+    from bench.machine_cpu import CpuSampler, Sample
+
+    sampler = CpuSampler(cpus=2)
+    # (all, idle) ticks: 2 cores, 100 ticks a second in all; 150 of 200 busy from 1.0 to 2.0.
+    sampler.samples = [
+        Sample(0.5, (0, 0)),
+        Sample(1.0, (100, 50)),
+        Sample(2.0, (300, 100)),
+        Sample(3.0, (500, 300)),
+    ]
+    assert sampler.busy_between(0.9, 2.1) == 1.5  # the samples at 1.0 and 2.0
+    assert sampler.busy_between(0.0, 3.0) == 0.8  # 0.5 to 3.0: 200 of 500 busy
+    assert sampler.busy_between(1.1, 1.9) is None  # no two samples inside
+    assert CpuSampler(cpus=2).busy_between(0.0, 9.0) is None
+
+
+def test_cpu_sampler_sees_a_busy_core() -> None:
+    """The real /proc/stat: a thread spinning for 0.3 s keeps about one core busy (more when
+    the machine has other work; the whole machine is counted)."""
+    import time
+
+    from bench.machine_cpu import CpuSampler
+
+    if not Path("/proc/stat").exists():
+        pytest.fail("the bench reads /proc/stat: Linux only")
+    with CpuSampler() as sampler:
+        start = time.time()
+        while time.time() - start < 0.3:
+            pass
+        end = time.time()
+    busy = sampler.busy_between(start, end)
+    assert busy is not None
+    assert 0.7 <= busy <= (os.cpu_count() or 1)
+
+
+def test_processes_ceiling_is_all_cores_at_the_measured_cpu_a_job() -> None:
+    from bench.results import Rate
+    from bench.worker_rate import Load, ceiling_note, load_note
+
+    one = Rate("runjobs --processes 1", 10_000, [5.0])  # 2,000/s
+    loads = [Load(1.8, 0.000_600), Load(1.7, 0.000_625), Load(1.9, 0.000_640)]
+    cpus = os.cpu_count() or 1
+    most = cpus / 0.000_625
+    assert (
+        ceiling_note(loads, one)
+        == f"{cpus} cores at that CPU a job allow {most:,.0f}/s, {most / 2000:.2f}x of one process"
+    )
+    assert load_note(loads) == f"machine busy 1.8 of {cpus} cores meanwhile, 625 us CPU a job"
