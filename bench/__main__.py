@@ -319,7 +319,10 @@ def measure_worker_section(
         f"supervisor and its children on {plan.processes:,} runs of one tenant pushed beforehand, "
         "each child exiting when the lane is empty (--burst); the rate is that of the span in "
         "which all of a round's worker processes worked (the last one's first claim to the first "
-        "one's last finish, the runs claimed and finished in it), the whole round for one."
+        "one's last finish, the runs claimed and finished in it), the whole round for one. "
+        "Machine busy and CPU a job: /proc/stat over that span, every process on the machine "
+        "(PostgreSQL and Redis share the cores with the workers); the rate the cores allow is "
+        "all of them at two processes' CPU a job, the most --processes 2 could reach here."
     )
     if args.profile is not None:
         from bench.profiling import summarise
