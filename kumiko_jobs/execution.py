@@ -13,7 +13,7 @@ import inspect
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kumiko_jobs import attempt_records, outcomes, records, run_events
+from kumiko_jobs import attempt_records, outcomes
 from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
@@ -27,6 +27,7 @@ from kumiko_jobs.lane import ClaimedJob
 from kumiko_jobs.observability import correlation_scope, processing, record_outcome
 from kumiko_jobs.outcomes import Outcome, Settle
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_marker import mark_running
 from kumiko_jobs.tenancy import get_activator
 from kumiko_jobs.timeouts import enforce_timeout
 
@@ -51,15 +52,7 @@ class RecordStartAtOnce:
     settle: Settle = "now"
 
     def started(self, meta: JobMeta, start: attempt_records.Started) -> None:
-        records.safe(
-            attempt_records.mark_running,
-            meta=meta,
-            job_id=start.job_id,
-            payload=start.payload,
-            worker=start.worker,
-            now=start.at,
-        )
-        run_events.started(meta, start.job_id)
+        mark_running(meta, start)
 
     def finishing(self) -> bool:
         return True

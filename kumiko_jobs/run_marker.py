@@ -25,6 +25,20 @@ if TYPE_CHECKING:
 Pending = tuple[JobMeta, attempt_records.Started, int]  # the run, and its entry's sequence
 
 
+def mark_running(meta: JobMeta, start: attempt_records.Started) -> None:
+    """Write "running" (a failed write is logged, never raised: the outcome still records the
+    start), then send job_started."""
+    records.safe(
+        attempt_records.mark_running,
+        meta=meta,
+        job_id=start.job_id,
+        payload=start.payload,
+        worker=start.worker,
+        now=start.at,
+    )
+    run_events.started(meta, start.job_id)
+
+
 class RunningMarker(threading.Thread):
     def __init__(self, delay: float, settle: Settle) -> None:
         super().__init__(name="kumiko-running-marker", daemon=True)
@@ -76,16 +90,9 @@ class RunningMarker(threading.Thread):
                         continue
                     heapq.heappop(self._due)
                     meta, start, _sequence = self._pending.pop(slot)
-                    records.safe(
-                        attempt_records.mark_running,
-                        meta=meta,
-                        job_id=start.job_id,
-                        payload=start.payload,
-                        worker=start.worker,
-                        now=start.at,
-                    )
-                    # Under the lock, so it precedes the outcome's signals (finishing() waits).
-                    run_events.started(meta, start.job_id)
+                    # Under the lock, so job_started precedes the outcome's signals
+                    # (finishing() waits).
+                    mark_running(meta, start)
         finally:
             connections.close_all()  # this thread's own connections
 
