@@ -32,7 +32,7 @@ FIND_PYTHON = $(shell \
 PYTHON ?= $(eval PYTHON := $(FIND_PYTHON))$(PYTHON)
 NO_PYTHON_MSG := kumiko_jobs needs Python >= 3.12 (Django 6): install python3.12 or set PYTHON=/path/to/python3.12
 
-.PHONY: help venv demo test pytest lint format typecheck django-checks bench clean print-python browser
+.PHONY: help venv demo test pytest lint format typecheck django-checks bench clean print-python test-packages
 
 help:
 	@sed -n '2,7p' Makefile | sed 's/^# \{0,1\}//'
@@ -85,21 +85,26 @@ django-checks: $(STAMP)
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 
-# The browser tests (tests/browser) drive Debian's Chromium, never a browser a test tool
-# downloads. As root (CI, these machines) it is installed with apt when missing; otherwise the
-# tests fail, not skip, with the install hint.
+# Debian packages the tests drive, never copies a test tool downloads: Chromium for the browser
+# tests (tests/browser), PgBouncer for tests/integration/test_pgbouncer.py. As root (CI, these
+# machines) the missing ones are installed with apt; otherwise those tests fail, not skip, with
+# the install hint.
 CHROMIUM ?= /usr/bin/chromium
-browser:
-	@if [ ! -x "$(CHROMIUM)" ]; then \
+PGBOUNCER ?= /usr/sbin/pgbouncer
+test-packages:
+	@missing=""; \
+	[ -x "$(CHROMIUM)" ] || missing="$$missing chromium"; \
+	[ -x "$(PGBOUNCER)" ] || missing="$$missing pgbouncer"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing Debian's chromium for the browser tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "no $(CHROMIUM): the browser tests will fail; install it with: sudo apt-get install -y chromium" >&2; fi; \
+	    echo "installing Debian's$$missing for the tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing$$missing: the tests that drive them will fail; install with: sudo apt-get install -y$$missing" >&2; fi; \
 	fi
 
 # pytest exits 5 when it collected nothing: a silent green run, so fail loudly instead.
-pytest: $(STAMP) $(PEERS_STAMP) browser
-	@rc=0; KUMIKO_CHROMIUM=$(CHROMIUM) $(WITH_REDIS) $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+pytest: $(STAMP) $(PEERS_STAMP) test-packages
+	@rc=0; KUMIKO_CHROMIUM=$(CHROMIUM) KUMIKO_PGBOUNCER=$(PGBOUNCER) $(WITH_REDIS) $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; \
 	exit $$rc
 

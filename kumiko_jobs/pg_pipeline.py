@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import select
 import uuid
 import weakref
@@ -42,6 +43,8 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from kumiko_jobs.conf import get_config
+
+logger = logging.getLogger("kumiko_jobs")
 
 _ASYNC_COMMIT = b"SELECT set_config('synchronous_commit', 'off', true)"
 # SQLSTATEs: a name prepared already (ours: names are hashes of the SQL), and one that is gone.
@@ -110,7 +113,7 @@ class Pending:
             failed = _failure(results)
             if failed is not None and self._prepared and _sqlstate(failed) == _UNKNOWN_PREPARED:
                 # Nothing ran (the implicit transaction ended at the error): send it unprepared.
-                _unprepared.add(self._connection.alias)
+                _switch_to_unprepared(self._connection.alias)
                 return send_all(self._connection, self._statements).wait_all()
             if failed is not None:
                 _raise(failed)
@@ -176,6 +179,20 @@ def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> 
             return None
         names.add(name)
     return name
+
+
+def _switch_to_unprepared(alias: str) -> None:
+    if alias in _unprepared:
+        return  # another thread's statement found out first, and said so
+    _unprepared.add(alias)
+    # Once per alias and process: an operator behind a pooler learns why, and what keeps them.
+    logger.warning(
+        "kumiko_jobs: a prepared statement went missing on database %r (a pooler such as "
+        "PgBouncer in transaction mode hands the session to another server connection); this "
+        "process sends its run writes there unprepared from now on. PgBouncer 1.21 or later "
+        "with max_prepared_statements keeps them.",
+        alias,
+    )
 
 
 @lru_cache(maxsize=256)

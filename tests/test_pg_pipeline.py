@@ -116,7 +116,9 @@ def test_the_async_commit_applies_to_its_own_statement_only() -> None:
         assert cursor.fetchone() == ("on",)
 
 
-def test_a_prepared_statement_the_connection_lost_is_sent_again_unprepared() -> None:
+def test_a_prepared_statement_the_connection_lost_is_sent_again_unprepared(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     row = _row("lost")
     records.insert_queued([row])  # prepares the INSERT on this connection
     psycopg_connection = connection.connection
@@ -133,6 +135,11 @@ def test_a_prepared_statement_the_connection_lost_is_sent_again_unprepared() -> 
         records.insert_queued([_row("third")])  # a new connection: unprepared from the start
         assert JobRun.objects.filter(job_id="third-job").exists()
         assert not pg_pipeline._prepared.get(connection.connection)
+        # Said once, as a warning naming the alias and the cure.
+        said = [r.getMessage() for r in caplog.records if "prepared statement went missing" in r.getMessage()]
+        assert len(said) == 1
+        assert f"database {connection.alias!r}" in said[0]
+        assert "max_prepared_statements" in said[0]
     finally:
         pg_pipeline._unprepared.discard(connection.alias)
 
