@@ -11,7 +11,7 @@ from functools import cache
 from typing import Any
 
 from django.apps import apps
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.signals import setting_changed
 from django.db import models
 from django.dispatch import receiver
@@ -76,7 +76,7 @@ def get_activator() -> Activator:
     return activator
 
 
-def active_tenant_ids() -> Iterable[Any]:
+def active_tenant_ids() -> Iterator[Any]:
     """The tenants a per_tenant job fans out to (``KUMIKO_JOBS["ACTIVE_TENANTS"]``)."""
     source = import_setting("ACTIVE_TENANTS")
     if source is None:
@@ -84,7 +84,37 @@ def active_tenant_ids() -> Iterable[Any]:
             "per_tenant jobs need KUMIKO_JOBS['ACTIVE_TENANTS']: the dotted path of a function "
             "returning the active tenant ids."
         )
-    return source()  # type: ignore[no-any-return]
+    return _explaining_lost_cursors(source(), get_config()["ACTIVE_TENANTS"])
+
+
+# SQLSTATE invalid_cursor_name: a FETCH named a cursor this server connection does not have.
+_INVALID_CURSOR_NAME = "34000"
+
+
+def _explaining_lost_cursors(tenants: Iterable[Any], source: str) -> Iterator[Any]:
+    """``tenants``, with the one failure a pooler causes explained. A queryset's ``.iterator()``
+    on PostgreSQL reads through a server-side cursor, one FETCH at a time; outside a transaction,
+    a pooler in transaction mode (PgBouncer) may send the next FETCH to another server connection,
+    where the cursor does not exist. The fan-out reads tenants between its own writes, so it
+    cannot hold one transaction around them: the cure is Django's setting."""
+    try:
+        yield from tenants
+    except Exception as exc:
+        # The driver's error as it is (Django does not wrap a chunked fetch's), or wrapped.
+        if _INVALID_CURSOR_NAME not in (_sqlstate(exc), _sqlstate(exc.__cause__)):
+            raise
+        raise ImproperlyConfigured(
+            f"ACTIVE_TENANTS ({source}) reads through a server-side cursor (QuerySet.iterator()) "
+            "that was gone at its next fetch: a pooler in transaction mode, such as PgBouncer, "
+            "sends each statement outside a transaction to any of its server connections. Set "
+            "\"DISABLE_SERVER_SIDE_CURSORS\": True in that database's DATABASES entry (Django's "
+            'docs: "Transaction pooling and server-side cursors"), or return a list.'
+        ) from exc
+
+
+def _sqlstate(exc: BaseException | None) -> str | None:
+    """A PostgreSQL error's SQLSTATE: psycopg 3's ``sqlstate``, psycopg2's ``pgcode``."""
+    return getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
 
 
 def tenant_model() -> type[models.Model] | None:

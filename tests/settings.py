@@ -38,6 +38,11 @@ KUMIKO_JOBS = {
     **({"RELEASE": os.environ["KUMIKO_TEST_RELEASE"]} if "KUMIKO_TEST_RELEASE" in os.environ else {}),
 }
 
+if os.environ.get("KUMIKO_TEST_POOLED"):
+    # A process of tests/integration/test_pgbouncer.py, configured as Django's docs ask of a
+    # project behind a pooler in transaction mode (the demo's ACTIVE_TENANTS uses .iterator()).
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+
 if os.environ.get("KUMIKO_TEST_REDIS_CACHE"):
     # A worker of tests/integration/test_redis_cache.py: kumiko's Redis is a django-redis cache's
     # pool (env: that cache's URL), not REDIS_URL.

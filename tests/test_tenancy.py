@@ -177,3 +177,33 @@ def test_an_instance_of_another_model_is_not_a_tenant() -> None:
     with pytest.raises(InvalidTenant, match="is a User, not a Tenant"):
         dispatch("tests.record", {}, tenant=user)
     assert not JobRun.objects.exists()
+
+
+def test_a_server_side_cursor_lost_to_a_pooler_is_explained_other_errors_pass(settings: Any) -> None:
+    """ACTIVE_TENANTS' iterator failing as a lost cursor does (SQLSTATE 34000, from the driver
+    or wrapped by Django) becomes ImproperlyConfigured naming the cure; other errors are kept."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import ProgrammingError
+
+    from kumiko_jobs.tenancy import active_tenant_ids
+
+    class LostCursor(Exception):
+        sqlstate = "34000"
+
+    raised: list[BaseException] = []
+
+    def tenants() -> Any:
+        yield "1"
+        raise raised[0]
+
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": tenants}
+    wrapped = ProgrammingError("cursor does not exist")
+    wrapped.__cause__ = LostCursor()
+    for error in (LostCursor("cursor does not exist"), wrapped):
+        raised[:] = [error]
+        with pytest.raises(ImproperlyConfigured, match='"DISABLE_SERVER_SIDE_CURSORS": True') as caught:
+            list(active_tenant_ids())
+        assert caught.value.__cause__ is error
+    raised[:] = [ProgrammingError("something else")]
+    with pytest.raises(ProgrammingError, match="something else"):
+        list(active_tenant_ids())

@@ -101,11 +101,13 @@ def pgbouncer_url(transactional_db: None) -> Iterator[str]:
 
 
 def _dispatch_through(url: str, env: dict[str, str], tag: str) -> str:
-    """Dispatch RUNS runs of tests.record from a process whose database is ``url``."""
+    """Dispatch RUNS runs of tests.record and one fan-out (its children's rows go in through a
+    temporary table in one transaction) from a process whose database is ``url``."""
     code = (
         "from kumiko_jobs import dispatch\n"
         f"for i in range({RUNS}):\n"
         f"    dispatch('tests.record', {{'n': i}}, correlation_id={tag!r})\n"
+        f"dispatch('tests.per_tenant', {{}}, correlation_id={tag!r})\n"
     )
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],
@@ -122,25 +124,53 @@ def _dispatch_through(url: str, env: dict[str, str], tag: str) -> str:
 
 @pytest.mark.parametrize("threads", ["1", "4"])
 def test_dispatch_and_workers_behind_pgbouncer_switch_to_unprepared_and_lose_nothing(
-    pgbouncer_url: str, worker_env: dict[str, str], start_worker: Any, threads: str
+    pgbouncer_url: str, worker_env: dict[str, str], start_worker: Any, tenants: list[Any], threads: str
 ) -> None:
-    output = _dispatch_through(pgbouncer_url, worker_env, f"pgb{threads}")
+    pooled = {**worker_env, "KUMIKO_TEST_POOLED": "1"}  # DISABLE_SERVER_SIDE_CURSORS, as Django asks
+    output = _dispatch_through(pgbouncer_url, pooled, "pooled")
     # One client, transactions one after another: the prepare and the statement land on the two
     # server connections in turn, so the first dispatch finds its statement missing.
     assert output.count(MISSING) == 1, output
-    runs = JobRun.objects.filter(correlation_id=f"pgb{threads}")
+    runs = JobRun.objects.filter(correlation_id="pooled", job_name="tests.record")
     assert runs.count() == RUNS
-    assert set(runs.values_list("pushed_at", flat=True)) != {None}
+    assert None not in set(runs.values_list("pushed_at", flat=True))
 
     worker = start_worker(
-        "worker", "--burst", "--threads", threads, env={"DATABASE_URL": pgbouncer_url}, wait=False
+        "worker",
+        "--burst",
+        "--threads",
+        threads,
+        env={"DATABASE_URL": pgbouncer_url, "KUMIKO_TEST_POOLED": "1"},
+        wait=False,
     )
     assert worker.wait(60) == 0, worker.output()
     assert runs.filter(status=RunStatus.SUCCEEDED).count() == RUNS, worker.output()
     assert sorted(runs.values_list("payload__n", flat=True)) == list(range(RUNS))
-    # The worker's own writes went through PgBouncer too, and no write failed.
+    wrapper = JobRun.objects.get(job_name="_per_tenant:tests.per_tenant")
+    assert (wrapper.status, wrapper.fanout_count) == (RunStatus.SUCCEEDED, len(tenants)), worker.output()
+    children = JobRun.objects.filter(job_name="tests.per_tenant", status=RunStatus.SUCCEEDED)
+    assert sorted(children.values_list("tenant_id", flat=True)) == sorted(str(t.pk) for t in tenants)
+    # The worker's own writes went through PgBouncer too, and none failed.
     assert "run record write" not in worker.output()
     if threads == "1":
         # One connection, as the dispatcher: the switch is certain. With threads the writer's
         # connection may keep meeting its own server connection, so it is not asserted.
         assert worker.output().count(MISSING) == 1, worker.output()
+
+
+def test_a_fan_out_whose_tenants_come_through_a_lost_server_side_cursor_fails_with_the_cure(
+    pgbouncer_url: str, worker_env: dict[str, str], start_worker: Any, tenants: list[Any]
+) -> None:
+    """Without DISABLE_SERVER_SIDE_CURSORS, the demo's ACTIVE_TENANTS (.iterator()) declares its
+    cursor on one server connection and fetches on the other: the wrapper fails, naming the cure,
+    and enqueues no child."""
+    _dispatch_through(pgbouncer_url, worker_env, "unpooled")
+    worker = start_worker("worker", "--burst", env={"DATABASE_URL": pgbouncer_url}, wait=False)
+    assert worker.wait(60) == 0, worker.output()
+    wrapper = JobRun.objects.get(job_name="_per_tenant:tests.per_tenant")
+    assert wrapper.status == RunStatus.FAILED
+    assert wrapper.error.startswith(
+        "ImproperlyConfigured: ACTIVE_TENANTS (project.demo.tenants.active_tenant_ids)"
+    )
+    assert '"DISABLE_SERVER_SIDE_CURSORS": True' in wrapper.error
+    assert not JobRun.objects.filter(job_name="tests.per_tenant").exists()
