@@ -91,7 +91,7 @@ def active_tenant_ids() -> Iterator[Any]:
 _INVALID_CURSOR_NAME = "34000"
 
 
-def _explaining_lost_cursors(tenants: Iterable[Any], source: str) -> Iterator[Any]:
+def _explaining_lost_cursors(tenants: Iterable[Any], source: object) -> Iterator[Any]:
     """``tenants``, with the one failure a pooler causes explained. A queryset's ``.iterator()``
     on PostgreSQL reads through a server-side cursor, one FETCH at a time; outside a transaction,
     a pooler in transaction mode (PgBouncer) may send the next FETCH to another server connection,
