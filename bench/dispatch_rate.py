@@ -7,6 +7,7 @@ does not always favour the same side.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -46,9 +47,22 @@ def measure_dispatch(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rate
     run_ours("warm", WARM_UP)
     run_raw("warm", WARM_UP)
     sides: list[tuple[Rate, Callable[[str, int], None]]] = [(ours, run_ours), (raw, run_raw)]
+    cpu: dict[str, list[float]] = {ours.label: [], raw.label: []}
     for number in range(rounds):
         for rate, run in sides if number % 2 == 0 else sides[::-1]:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             run(f"r{number}", count)
             rate.seconds.append(time.perf_counter() - started)
+            cpu[rate.label].append(time.process_time() - cpu_started)
+    for rate in (ours, raw):
+        rate.note += f"; {split_note(rate, cpu[rate.label])}"
     return ours, raw
+
+
+def split_note(rate: Rate, cpu_seconds: list[float]) -> str:
+    """A call's time (the median of the rounds') split into this process's CPU (the median of
+    the rounds') and the rest: mostly the wait for Redis' answer and, for dispatch,
+    PostgreSQL's, where the two sides differ most."""
+    wall = statistics.median(rate.seconds) / rate.jobs
+    used = statistics.median(cpu_seconds) / rate.jobs
+    return f"{used * 1e6:,.0f} us CPU and {max(wall - used, 0.0) * 1e6:,.0f} us waiting a call"

@@ -132,6 +132,8 @@ def test_quick_bench_reports_every_row_and_cleans_up(
         if not re.search(r"<= \d+ db connections", _row(markdown, label) or "")
     ]
     assert not missing, markdown
+    for label in ("dispatch()", "rq Queue.enqueue"):
+        assert re.search(r"\d+ us CPU and \d+ us waiting a call", _row(markdown, label) or ""), markdown
     assert not list(redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
     assert _peer_default_keys(redis_client) - foreign_before == set()
 
