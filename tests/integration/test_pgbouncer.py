@@ -101,8 +101,8 @@ def pgbouncer_url(transactional_db: None) -> Iterator[str]:
 
 
 def _dispatch_through(url: str, env: dict[str, str], tag: str) -> str:
-    """Dispatch RUNS runs of tests.record and one fan-out (its children's rows go in through a
-    temporary table in one transaction) from a process whose database is ``url``."""
+    """Dispatch RUNS runs of tests.record and one fan-out wrapper (the worker reads the tenants
+    and writes its children's rows in one batch) from a process whose database is ``url``."""
     code = (
         "from kumiko_jobs import dispatch\n"
         f"for i in range({RUNS}):\n"
