@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,16 +44,10 @@ class CpuSampler:
     records in which every worker process worked). The kernel counts in ticks of 10 ms per
     core, so a span of a few seconds is measured to about one per cent."""
 
-    def __init__(
-        self,
-        interval: float = 0.02,
-        read: Callable[[], Ticks | None] = cpu_ticks,
-        cpus: int | None = None,
-    ) -> None:
+    def __init__(self, interval: float = 0.02, cpus: int | None = None) -> None:
         self.interval = interval
         self.cpus = cpus or os.cpu_count() or 1
         self.samples: list[Sample] = []
-        self._read = read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="bench-cpu-sampler", daemon=True)
 
@@ -68,7 +61,7 @@ class CpuSampler:
 
     def _sample(self) -> None:
         while True:
-            ticks = self._read()
+            ticks = cpu_ticks()
             if ticks is not None:
                 self.samples.append(Sample(time.time(), ticks))
             if self._stop.wait(self.interval):
