@@ -40,6 +40,14 @@ BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (tak
 QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
 SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
+
+def started_job_id(member: str | bytes) -> str:
+    """The job id of a member of a lane's started registry (``Keys.started``): RQ files a
+    claimed job there as ``job_id:execution_id``."""
+    text = member.decode() if isinstance(member, bytes) else member
+    return text.split(":", 1)[0]
+
+
 LUA_KEY_HELPERS = f"""
 local function job_key(id) return '{RQ_JOB_PREFIX}' .. id end
 -- RQ's structures of a queue (keys.Keys.queue/scheduled/failed/finished/started).

@@ -28,7 +28,7 @@ import redis
 from rq.utils import as_text
 
 from kumiko_jobs.flows import tenant_of_flow
-from kumiko_jobs.keys import LANES, NO_TENANT, Keys
+from kumiko_jobs.keys import LANES, NO_TENANT, Keys, started_job_id
 from kumiko_jobs.metrics import lane_depths
 from kumiko_jobs.registry import registry
 
@@ -85,7 +85,7 @@ def tenant_depths(client: redis.Redis, keys: Keys, lane: str) -> dict[str | None
         if length:
             out.setdefault(tenant_of_flow(flow, names), TenantDepth()).queued += int(length)
     members = cast("list[bytes]", client.zrange(keys.started(lane), 0, ATTRIBUTE_RUNNING - 1))
-    for tenant in _tenants_of(client, keys, (as_text(m).split(":", 1)[0] for m in members)):
+    for tenant in _tenants_of(client, keys, map(started_job_id, members)):
         out.setdefault(tenant, TenantDepth()).running += 1
     if client.zcard(keys.scheduled(lane)) > ATTRIBUTE_SCHEDULED:
         for depth in out.values():

@@ -17,7 +17,7 @@ from kumiko_jobs.connection import get_keys
 from kumiko_jobs.exceptions import KumikoJobsError, MalformedJob
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta, rq_time
-from kumiko_jobs.keys import Keys
+from kumiko_jobs.keys import Keys, started_job_id
 from kumiko_jobs.lane import ending_of
 from kumiko_jobs.models import FINISHED_STATUSES
 from kumiko_jobs.outcomes import Release
@@ -53,7 +53,7 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
 
 
 def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
-    job_id = member.split(":", 1)[0]
+    job_id = started_job_id(member)
     meta_raw = client.hget(keys.job(job_id), "meta")
     job_name = "?"
     if meta_raw is None:

@@ -39,9 +39,10 @@ def in_started_registry(client: redis.Redis, run: JobRun) -> bool:
     """Whether Redis still holds the run's job as started: a worker claimed it and its lane step
     has not yet said how it ended (members are RQ's ``job_id:execution_id``)."""
     from kumiko_jobs.connection import get_keys
+    from kumiko_jobs.keys import started_job_id
 
     members = client.zscan_iter(get_keys().started(run.lane), match=f"{run.job_id}*")
-    return any(member.decode().split(":", 1)[0] == run.job_id for member, _ in members)
+    return any(started_job_id(member) == run.job_id for member, _ in members)
 
 
 def holds_for(predicate: Callable[[], Any], seconds: float, step: float = 0.05) -> bool:
