@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -109,6 +111,43 @@ def test_supervisor_stops_when_workers_keep_dying_at_start_up(start_worker: Any)
     )
     assert supervisor.wait(timeout=60) == 1
     assert "died 5 times within 10s of its start" in supervisor.output()
+
+
+def test_supervisor_restarts_a_worker_process_that_reached_max_jobs(
+    start_worker: Any, wait_for_traces: Any
+) -> None:
+    """Two children of at most 3 jobs each cannot run 8 runs: the supervisor replaces a child
+    that exits cleanly at --max-jobs (with --processes 1 there is no supervisor, and the worker
+    itself exits)."""
+    runs = [dispatch("tests.record", {"n": n}) for n in range(8)]
+    supervisor = start_worker("worker", "--processes", "2", "--max-jobs", "3", env=FAST, wait=False)
+    entries = wait_for_traces("record", count=8, timeout=60)
+    per_process = Counter(e["pid"] for e in entries)
+    assert max(per_process.values()) <= 3 and len(per_process) >= 3, per_process
+    assert supervisor.output().count("exited 0; restarting it") >= 1, supervisor.output()
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+
+
+def test_supervisor_recycles_a_worker_process_past_max_memory(
+    start_worker: Any, wait_for_traces: Any, wait_for_run: Any
+) -> None:
+    """A child that grows past --max-memory is stopped (SIGTERM: it ends cleanly) and replaced;
+    the next run is worked by the new one. The limit sits between a fresh child's resident
+    memory and that plus the ballast."""
+    supervisor = start_worker("worker", "--processes", "1", "--max-memory", "250", env=FAST, wait=False)
+    grown = dispatch("tests.ballast", {"mb": 400})
+    [entry] = wait_for_traces("ballast", timeout=30)
+    assert wait_for_run(grown.run_id).status == RunStatus.SUCCEEDED
+    wait_until(lambda: "exited 0; restarting it" in supervisor.output(), 30, "the recycled child's restart")
+    assert re.search(r"worker process 1 uses \d+ MB; recycling it", supervisor.output()), supervisor.output()
+    after = dispatch("tests.record", {"n": "after"})
+    [record] = wait_for_traces("record", timeout=30)
+    assert record["pid"] != entry["pid"]
+    assert wait_for_run(after.run_id).status == RunStatus.SUCCEEDED
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
 
 
 def test_caps_and_fairness_hold_under_two_processes_of_eight_threads(

@@ -82,6 +82,17 @@ def sleeper(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("sleeper_end", **_ctx_fields(ctx))
 
 
+# What tests.ballast allocated, kept for the life of the worker process.
+_BALLAST: list[bytes] = []
+
+
+@job(name="tests.ballast")
+def ballast(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Grow this process's resident memory by ``mb`` (bytes written, so the pages are resident)."""
+    _BALLAST.append(b"x" * (int(payload["mb"]) * 2**20))
+    trace("ballast", **_ctx_fields(ctx))
+
+
 @job(
     name="tests.on_invoice",
     trigger=[on_event("invoice.created"), on_event("invoice.paid", where={"kind": "refund"})],
