@@ -38,12 +38,15 @@ class Overlap:
     the last one's first claim to the first one's last finish, and the runs claimed and finished
     inside it. With one process it is the whole round."""
 
-    seconds: float
+    start: float  # the span's ends as time.time(), the clock bench/machine_cpu.py samples on
+    end: float
     jobs: int
     workers: int  # processes that ran any of the runs (a short round can end before one starts)
     stagger: float  # first claim of the last process to start minus that of the first
-    start: float  # the span's ends as time.time(), the clock bench/machine_cpu.py samples on
-    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
 
     @property
     def per_second(self) -> float:
@@ -68,8 +71,7 @@ def recorded_overlap(tag: str) -> Overlap:
         raise BenchError(f"the runs of {tag}: no moment in which all {len(spans)} worker processes worked")
     jobs = runs.filter(started_at__gte=start, finished_at__lte=end).count()
     stagger = start - min(span["first"] for span in spans)
-    seconds, stagger_seconds = (end - start).total_seconds(), stagger.total_seconds()
-    return Overlap(seconds, jobs, len(spans), stagger_seconds, start.timestamp(), end.timestamp())
+    return Overlap(start.timestamp(), end.timestamp(), jobs, len(spans), stagger.total_seconds())
 
 
 def recorded_start(job_id: str) -> float | None:
