@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import select
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
@@ -55,6 +56,8 @@ _prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionar
 # Database aliases whose prepared statements went missing (a pooler between us and the server):
 # their connections, new ones too, send statements unprepared for the rest of the process.
 _unprepared: set[str] = set()
+# Job threads of one worker can find out at the same instant: the warning is said once.
+_unprepared_lock = threading.Lock()
 
 
 def available(connection: BaseDatabaseWrapper) -> bool:
@@ -182,9 +185,10 @@ def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> 
 
 
 def _switch_to_unprepared(alias: str) -> None:
-    if alias in _unprepared:
-        return  # another thread's statement found out first, and said so
-    _unprepared.add(alias)
+    with _unprepared_lock:
+        if alias in _unprepared:
+            return  # another thread's statement found out first, and said so
+        _unprepared.add(alias)
     # Once per alias and process: an operator behind a pooler learns why, and what keeps them.
     logger.warning(
         "kumiko_jobs: a prepared statement went missing on database %r (a pooler such as "
