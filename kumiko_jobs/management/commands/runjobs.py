@@ -1,6 +1,7 @@
 """``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM.
 
-Start-up order: Redis reachable (else fail within REDIS_TIMEOUT), the lane's boot gates inline
+Start-up order: Redis reachable (else fail within REDIS_TIMEOUT), the database reachable and
+migrated (database_ready.py; else fail at once), the lane's boot gates inline
 (exit status 3 on failure), its boot jobs (once per dataset and release), then the scheduler
 thread (stamps; leader election unless --no-scheduler) and the worker loop. With --processes
 the supervisor passes the gates once, before it starts any child; each child runs a scheduler
@@ -16,6 +17,7 @@ from typing import Any
 
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
 from kumiko_jobs import worker_logging
 from kumiko_jobs.conf import redis_description
@@ -28,6 +30,12 @@ BOOT_GATE_FAILED = 3
 GATES_PASSED_ENV = "KUMIKO_JOBS_BOOT_GATES_PASSED"
 
 
+# Job threads a process may run. Past it, a typo (--threads 10000) failed halfway through
+# start-up with "can't start new thread". Each thread holds a database connection of its own and
+# all share one GIL, so well before it more work wants --processes.
+MAX_THREADS = 256
+
+
 def positive_int(value: str) -> int:
     try:
         number = int(value)
@@ -35,6 +43,15 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
+def thread_count(value: str) -> int:
+    number = positive_int(value)
+    if number > MAX_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_THREADS} threads a process, got {number}; add --processes for more"
+        )
     return number
 
 
@@ -55,9 +72,12 @@ class Command(BaseCommand):
         parser.add_argument("--name", default=None, help="Worker name (default: generated).")
         parser.add_argument(
             "--threads",
-            type=positive_int,
+            type=thread_count,
             default=1,
-            help="Job threads in the process (default 1); each has its own database connection.",
+            help=(
+                f"Job threads in the process (default 1, at most {MAX_THREADS}); each has its own "
+                "database connection."
+            ),
         )
         parser.add_argument(
             "--processes",
@@ -74,6 +94,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kumiko_jobs.database_ready import database_problem
         from kumiko_jobs.scheduling.boot_jobs import dispatch_boot_jobs
         from kumiko_jobs.scheduling.loop import SchedulerThread
         from kumiko_jobs.worker import LaneWorker
@@ -88,6 +109,9 @@ class Command(BaseCommand):
                 "Start Redis or set KUMIKO_JOBS['REDIS']."
             ) from exc
         lane = options["lane"]
+        # A supervisor's children: their supervisor checked (each child's start-up counts).
+        if os.environ.get(GATES_PASSED_ENV) != lane and (problem := database_problem()):
+            raise CommandError(problem)
         self._pass_boot_gates(lane, options["name"] or f"{os.uname().nodename}-{os.getpid()}")
         dispatch_boot_jobs(lane)
         if options["processes"] > 1 or options["max_memory"]:
@@ -95,6 +119,8 @@ class Command(BaseCommand):
 
             # The gates passed here: the children (this command again) take jobs at once.
             os.environ[GATES_PASSED_ENV] = lane
+            # The supervisor writes nothing more; its connection would sit idle for its life.
+            connections.close_all()
             code = supervise(
                 options["processes"],
                 sys.orig_argv[1:],
