@@ -2,7 +2,8 @@
 defaults: ``django-admin startproject`` in a temporary directory, this repository installed
 from a wheel (not editable) into a fresh venv, only the README's settings and URLs, a job in
 an app's jobs.py, PostgreSQL in a throwaway database (Django's default ``CONN_MAX_AGE=0``),
-``runjobs --burst``, and the admin and django-rq's dashboard over real HTTP from ``runserver``.
+``runjobs`` before ``migrate`` (refused) and ``--burst`` after it, and the admin and
+django-rq's dashboard over real HTTP from ``runserver``.
 
 The venv and the wheel are built once per module (pip uses its cache and the package index).
 """
@@ -192,6 +193,15 @@ def test_a_new_project_runs_jobs_and_shows_them(
 
     checked = manage("check")
     assert "no issues (0 silenced)" in checked, checked
+    # A worker started before `migrate` (the step a new user forgets): one line naming it.
+    early = subprocess.run(
+        [str(python), "manage.py", "runjobs", "--lane", "worker", "--burst"],
+        cwd=project, env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert early.returncode == 1, early.stdout + early.stderr
+    assert "migration(s) kumiko_jobs needs (kumiko_jobs.0001_initial," in early.stderr, early.stderr
+    assert "Run `manage.py migrate` before starting workers." in early.stderr
+    assert "Traceback" not in early.stderr
     manage("migrate", "--noinput")
 
     shell = (
