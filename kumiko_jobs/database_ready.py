@@ -18,11 +18,17 @@ from kumiko_jobs.models import JobRun
 SHOWN = 5  # migrations named in the message; a new database lacks them all
 
 
+def description(alias: str) -> str:
+    """A database as the worker's banner and this module's messages name it: vendor:NAME."""
+    connection = connections[alias]
+    return f"{connection.vendor}:{connection.settings_dict.get('NAME')}"
+
+
 def database_problem() -> str | None:
     """What keeps a worker from starting on the run table's database, with the cure, or None."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
-    where = f"{connection.vendor}:{connection.settings_dict.get('NAME')}"
+    where = description(alias)
     app = JobRun._meta.app_label
     try:
         from django.db.migrations.executor import MigrationExecutor
@@ -30,7 +36,8 @@ def database_problem() -> str | None:
         executor = MigrationExecutor(connection)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes(app))
     except DatabaseError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        reason = text.splitlines()[0] if text else type(exc).__name__  # the driver's first line
         return (
             f"database {alias!r} ({where}) is not reachable ({reason}). "
             f"Check that it runs and that DATABASES[{alias!r}] points at it."

@@ -321,7 +321,10 @@ class LaneWorker(SimpleWorker):
             logger.info("worker %s: %s", self.name, self._batching)
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
-        from django.db import connection
+        from django.db import router
+
+        from kumiko_jobs.database_ready import description
+        from kumiko_jobs.models import JobRun
 
         logger.info(
             "worker %s (pid %d) consuming lane %s (queue %s, prefix %r) on Redis %s, database %s; "
@@ -332,7 +335,7 @@ class LaneWorker(SimpleWorker):
             self.keys.queue_name(self.lane),
             self.keys.prefix,
             redis_description(),
-            f"{connection.vendor}:{connection.settings_dict.get('NAME')}",
+            description(router.db_for_write(JobRun)),
             self.threads,
             "s" if self.threads > 1 else "",
             "on" if self.schedule else "off (--no-scheduler)",
