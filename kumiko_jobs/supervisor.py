@@ -5,8 +5,16 @@ minus the supervisor's. A child that exits is replaced: at once after a clean ex
 recycling, a memory recycle, EXIT_RECYCLE), with backoff after a crash; children that keep dying
 within STARTUP_WINDOW of their start make the supervisor stop everything and exit 1, since a
 broken deploy must not spin. SIGTERM/SIGINT are forwarded to every child (each finishes its
-running jobs); a second signal kills them. ``--max-memory MB`` recycles a child whose resident
-memory exceeds MB (SIGTERM: it finishes its jobs first).
+running jobs); a second signal kills them. SIGHUP replaces every child once its running jobs
+finish (a deploy's reload: the new children import the code on disk now). ``--max-memory MB``
+recycles a child whose resident memory exceeds MB (SIGTERM: it finishes its jobs first).
+
+Each child runs in a session of its own, so a terminal's Ctrl-C reaches it once, through the
+supervisor, and not twice. A signal for the supervisor's process group therefore never reaches
+the children either: a supervisor killed outright (the OOM killer, a process manager's SIGKILL)
+forwards nothing. So each child watches its supervisor (``watch_supervisor``) and stops, after
+its running jobs, once it is gone, instead of working on unsupervised beside the children of
+the supervisor's replacement.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from types import FrameType
@@ -27,6 +36,10 @@ MAX_STARTUP_FAILURES = 5
 MAX_BACKOFF = 30.0
 MEMORY_CHECK_INTERVAL = 5.0
 _OWN_OPTIONS = {"--processes": True, "--max-memory": True}  # option -> takes a value
+# In each child's environment: its supervisor's pid, for watch_supervisor.
+SUPERVISOR_PID_ENV = "KUMIKO_JOBS_SUPERVISOR_PID"
+# How often a child looks for its supervisor: a getppid() call, nothing else.
+SUPERVISOR_CHECK_INTERVAL = 1.0
 
 
 @dataclass
@@ -36,6 +49,7 @@ class Child:
     started: float
     failures: int = 0  # consecutive exits within STARTUP_WINDOW
     restart_at: float | None = None
+    # The supervisor stopped it to replace it (memory, SIGHUP): replaced even under --burst.
     recycling: bool = field(default=False)
 
 
@@ -74,6 +88,8 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup, hangups stay ignored
+            signal.signal(signal.SIGHUP, self._restart_all)
         self.children = [self._start(slot) for slot in range(1, self.processes + 1)]
         logger.info("supervisor (pid %d) runs %d worker processes", os.getpid(), self.processes)
         while self.children:
@@ -86,7 +102,8 @@ class Supervisor:
 
     def _start(self, slot: int, failures: int = 0) -> Child:
         # Our own interpreter and command line: nothing here comes from outside the process.
-        proc = subprocess.Popen(child_command(self.argv, slot), start_new_session=True)  # noqa: S603
+        environment = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
+        proc = subprocess.Popen(child_command(self.argv, slot), env=environment, start_new_session=True)  # noqa: S603
         return Child(slot, proc, time.monotonic(), failures)
 
     def _tend(self) -> None:
@@ -105,7 +122,8 @@ class Supervisor:
             self._recycle_large()
 
     def _exited(self, child: Child, code: int, now: float) -> None:
-        if self.stopping or (self.burst and code == 0):
+        # Under --burst a clean exit means the lane was empty, unless the supervisor asked for it.
+        if self.stopping or (self.burst and code == 0 and not child.recycling):
             self.children.remove(child)
             return
         quick = now - child.started < STARTUP_WINDOW
@@ -130,8 +148,23 @@ class Supervisor:
                 rss = _resident_bytes(child.proc.pid)
                 if rss is not None and rss > self.max_memory:
                     logger.warning("worker process %d uses %d MB; recycling it", child.slot, rss // 2**20)
-                    child.recycling = True
-                    child.proc.send_signal(signal.SIGTERM)
+                    self._recycle(child)
+
+    def _restart_all(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            return
+        logger.info(
+            "supervisor: SIGHUP received: restarting the worker processes once their running jobs finish"
+        )
+        for child in self.children:
+            self._recycle(child)
+
+    @staticmethod
+    def _recycle(child: Child) -> None:
+        """Stop a child (SIGTERM: it finishes its running jobs) so that it is replaced."""
+        if child.restart_at is None and not child.recycling and child.proc.poll() is None:
+            child.recycling = True
+            child.proc.send_signal(signal.SIGTERM)
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping:
@@ -159,6 +192,29 @@ def _resident_bytes(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def watch_supervisor() -> None:
+    """In a worker process a supervisor started: stop as on SIGTERM (after the running jobs)
+    once that supervisor is gone. Reads and removes SUPERVISOR_PID_ENV, so the processes its
+    jobs start do not inherit it; elsewhere it does nothing."""
+    value = os.environ.pop(SUPERVISOR_PID_ENV, None)
+    if value is None:
+        return
+    supervisor = int(value)
+
+    def watch() -> None:
+        # The child is re-parented when its parent dies, so its parent's pid changes.
+        while os.getppid() == supervisor:
+            time.sleep(SUPERVISOR_CHECK_INTERVAL)
+        logger.warning(
+            "worker process %d: its supervisor (pid %d) is gone; finishing the running jobs, then stopping",
+            os.getpid(),
+            supervisor,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="kumiko-supervisor-watch", daemon=True).start()
 
 
 def supervise(processes: int, argv: list[str], *, max_memory_mb: int | None, burst: bool) -> int:

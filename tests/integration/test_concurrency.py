@@ -152,6 +152,96 @@ def test_supervisor_recycles_a_worker_process_past_max_memory(
     assert supervisor.wait(timeout=30) == 0
 
 
+def test_a_burst_supervisor_replaces_a_worker_process_it_recycled_for_memory(
+    start_worker: Any, wait_for_traces: Any
+) -> None:
+    """Under --burst a child that exits 0 found its lane empty, except one the supervisor
+    stopped itself: that one is replaced, or the runs still queued would be left behind."""
+    grown = dispatch("tests.ballast", {"mb": 400})
+    later = [dispatch("tests.sleeper", {"seconds": 2}) for _ in range(4)]
+    supervisor = start_worker(
+        "worker", "--processes", "1", "--max-memory", "250", "--burst", env=FAST, wait=False
+    )
+    assert supervisor.wait(timeout=60) == 0
+    assert "recycling it" in supervisor.output(), supervisor.output()
+    statuses = [JobRun.objects.get(pk=r.run_id).status for r in [grown, *later]]
+    assert statuses == [RunStatus.SUCCEEDED] * 5, supervisor.output()
+    assert len({e["pid"] for e in wait_for_traces("sleeper_end", 4)}) == 2  # before and after
+
+
+def _children(kumiko_prefix: str) -> list[str]:
+    return [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+
+
+def _pids(redis_client: Any, names: list[str]) -> list[int | None]:
+    """Each registered child's pid (RQ's worker hash), None while one is not registered."""
+    claimers = get_keys().claimers("worker")
+    pids: list[int | None] = []
+    for name in names:
+        pid = redis_client.hget(f"rq:worker:{name}", "pid")
+        pids.append(int(pid) if pid and redis_client.sismember(claimers, name) else None)
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie counts: its parent died, and nobody reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_worker_processes_finish_their_jobs_and_stop_when_their_supervisor_is_killed(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, wait_for_run: Any, wait_for_traces: Any
+) -> None:
+    """A supervisor killed outright (the OOM killer; a process manager's SIGKILL, which reaches
+    its process group only, and each child has its own) must not leave its children working on
+    unsupervised beside the ones its replacement starts."""
+    supervisor = start_worker("worker", "--processes", "2", env=FAST, wait=False)
+    names = _children(kumiko_prefix)
+    wait_until(lambda: None not in _pids(redis_client, names), 30, "both children")
+    pids = _pids(redis_client, names)
+    busy = dispatch("tests.sleeper", {"seconds": 2})
+    wait_for_traces("sleeper_start")
+    supervisor.signal(signal.SIGKILL)
+    assert supervisor.wait(timeout=10) == -signal.SIGKILL
+    run = wait_for_run(busy.run_id, ("succeeded",), timeout=20)
+    assert run.attempt == 1  # finished by its child, not retried after the lease ran out
+    wait_until(lambda: all(_gone(pid) for pid in pids if pid), 15, "the children to stop")
+    assert _pids(redis_client, names) == [None, None]  # each said goodbye to its lane
+    assert supervisor.output().count(f"its supervisor (pid {supervisor.pid}) is gone") == 2
+
+
+def test_sighup_restarts_the_worker_processes_once_their_running_jobs_finish(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, wait_for_run: Any, wait_for_traces: Any
+) -> None:
+    """A deploy's reload (systemd's ExecReload): new worker processes, so new code, without a
+    run cut off or the supervisor restarted."""
+    supervisor = start_worker("worker", "--processes", "2", env=FAST, wait=False)
+    names = _children(kumiko_prefix)
+    wait_until(lambda: None not in _pids(redis_client, names), 30, "both children")
+    before = _pids(redis_client, names)
+    busy = dispatch("tests.sleeper", {"seconds": 1.5})
+    wait_for_traces("sleeper_start")
+    supervisor.signal(signal.SIGHUP)
+    assert wait_for_run(busy.run_id, ("succeeded",), timeout=20).attempt == 1
+    wait_until(
+        lambda: all(pid is not None and pid not in before for pid in _pids(redis_client, names)),
+        30,
+        "two new children",
+    )
+    assert all(_gone(pid) for pid in before if pid)
+    after = dispatch("tests.record", {"n": "after"})
+    [record] = wait_for_traces("record", timeout=30)
+    assert record["pid"] in _pids(redis_client, names)
+    assert wait_for_run(after.run_id).status == RunStatus.SUCCEEDED
+    assert supervisor.proc.poll() is None
+    assert "SIGHUP received: restarting the worker processes" in supervisor.output()
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+
+
 def test_caps_and_fairness_hold_under_two_processes_of_eight_threads(
     start_worker: Any, traces: Any, tenants: list[Any]
 ) -> None:

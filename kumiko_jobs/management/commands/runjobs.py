@@ -128,6 +128,9 @@ class Command(BaseCommand):
                 burst=options["burst"],
             )
             raise SystemExit(code)
+        from kumiko_jobs.supervisor import watch_supervisor
+
+        watch_supervisor()
         worker = LaneWorker(
             lane,
             name=options["name"],
