@@ -1,13 +1,14 @@
 """``runjobs --processes P``: run P worker processes of a lane and keep them running.
 
 Each child is ``runjobs`` with the same arguments (its own ``--threads``, ``--max-jobs``)
-minus the supervisor's. A child that exits is replaced: at once after a clean exit (``--max-jobs``
-recycling, a memory recycle, EXIT_RECYCLE), with backoff after a crash; children that keep dying
-within STARTUP_WINDOW of their start make the supervisor stop everything and exit 1, since a
-broken deploy must not spin. SIGTERM/SIGINT are forwarded to every child (each finishes its
-running jobs); a second signal kills them. SIGHUP replaces every child once its running jobs
-finish (a deploy's reload: the new children import the code on disk now). ``--max-memory MB``
-recycles a child whose resident memory exceeds MB (SIGTERM: it finishes its jobs first).
+minus the supervisor's. A child that exits is replaced: at once after a clean exit (0, as after
+a memory recycle or SIGHUP, or EXIT_MAX_JOBS after its ``--max-jobs``) or a late crash, with
+backoff after a crash within STARTUP_WINDOW of its start; children that keep dying so make the
+supervisor stop everything and exit 1, since a broken deploy must not spin. SIGTERM/SIGINT are
+forwarded to every child (each finishes its running jobs); a second signal kills them. SIGHUP
+replaces every child once its running jobs finish (a deploy's reload: the new children import
+the code on disk now). ``--max-memory MB`` recycles a child whose resident memory exceeds MB
+(SIGTERM: it finishes its jobs first).
 
 Each child runs in a session of its own, so a terminal's Ctrl-C reaches it once, through the
 supervisor, and not twice. A signal for the supervisor's process group therefore never reaches
@@ -40,6 +41,9 @@ _OWN_OPTIONS = {"--processes": True, "--max-memory": True}  # option -> takes a 
 SUPERVISOR_PID_ENV = "KUMIKO_JOBS_SUPERVISOR_PID"
 # How often a child looks for its supervisor: a getppid() call, nothing else.
 SUPERVISOR_CHECK_INTERVAL = 1.0
+# A supervised child's exit after its --max-jobs: replaced at once, under --burst too (there
+# a plain 0 means the child found the lane empty).
+EXIT_MAX_JOBS = 76
 
 
 @dataclass
@@ -122,12 +126,13 @@ class Supervisor:
             self._recycle_large()
 
     def _exited(self, child: Child, code: int, now: float) -> None:
-        # Under --burst a clean exit means the lane was empty, unless the supervisor asked for it.
+        clean = code in (0, EXIT_MAX_JOBS)
+        # Under --burst a plain 0 means the lane was empty, unless the supervisor asked for it.
         if self.stopping or (self.burst and code == 0 and not child.recycling):
             self.children.remove(child)
             return
         quick = now - child.started < STARTUP_WINDOW
-        failures = child.failures + 1 if code != 0 and quick else 0
+        failures = child.failures + 1 if not clean and quick else 0
         if failures >= MAX_STARTUP_FAILURES:
             self.failed = (
                 f"worker process {child.slot} died {failures} times within {STARTUP_WINDOW:g}s "
@@ -136,9 +141,10 @@ class Supervisor:
             self._stop_all(signal.SIGTERM)
             self.children.remove(child)
             return
-        delay = 0.0 if code == 0 or not quick else min(2.0 ** (failures - 1), MAX_BACKOFF)
-        log = logger.info if code == 0 else logger.warning
-        log("worker process %d (pid %d) exited %d; restarting it%s", child.slot, child.proc.pid, code,
+        delay = 0.0 if clean or not quick else min(2.0 ** (failures - 1), MAX_BACKOFF)
+        log = logger.info if clean else logger.warning
+        how = "ran its --max-jobs" if code == EXIT_MAX_JOBS else f"exited {code}"
+        log("worker process %d (pid %d) %s; restarting it%s", child.slot, child.proc.pid, how,
             f" in {delay:g}s" if delay else "")  # fmt: skip
         child.failures, child.restart_at = failures, now + delay
 
@@ -194,13 +200,13 @@ def _resident_bytes(pid: int) -> int | None:
     return None
 
 
-def watch_supervisor() -> None:
+def watch_supervisor() -> bool:
     """In a worker process a supervisor started: stop as on SIGTERM (after the running jobs)
-    once that supervisor is gone. Reads and removes SUPERVISOR_PID_ENV, so the processes its
-    jobs start do not inherit it; elsewhere it does nothing."""
+    once that supervisor is gone, and return True. Reads and removes SUPERVISOR_PID_ENV, so the
+    processes its jobs start do not inherit it; elsewhere it does nothing (False)."""
     value = os.environ.pop(SUPERVISOR_PID_ENV, None)
     if value is None:
-        return
+        return False
     supervisor = int(value)
 
     def watch() -> None:
@@ -215,6 +221,7 @@ def watch_supervisor() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="kumiko-supervisor-watch", daemon=True).start()
+    return True
 
 
 def supervise(processes: int, argv: list[str], *, max_memory_mb: int | None, burst: bool) -> int:

@@ -196,6 +196,11 @@ class LaneWorker(SimpleWorker):
             self._tickets -= 1
             return True
 
+    def ran_max_jobs(self) -> bool:
+        """Whether it stopped because it had claimed its --max-jobs."""
+        with self._lock:
+            return self._tickets == 0
+
     def return_ticket(self) -> None:
         with self._lock:
             if self._tickets is not None:

@@ -124,10 +124,26 @@ def test_supervisor_restarts_a_worker_process_that_reached_max_jobs(
     entries = wait_for_traces("record", count=8, timeout=60)
     per_process = Counter(e["pid"] for e in entries)
     assert max(per_process.values()) <= 3 and len(per_process) >= 3, per_process
-    assert supervisor.output().count("exited 0; restarting it") >= 1, supervisor.output()
+    assert supervisor.output().count("ran its --max-jobs; restarting it") >= 1, supervisor.output()
     assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(timeout=30) == 0
+
+
+def test_a_burst_supervisor_works_the_lane_off_past_its_childrens_max_jobs(
+    start_worker: Any, wait_for_traces: Any
+) -> None:
+    """Under --burst a child that reached --max-jobs is replaced like any recycled child: only a
+    child that found the lane empty ends the burst."""
+    runs = [dispatch("tests.record", {"n": n}) for n in range(8)]
+    supervisor = start_worker(
+        "worker", "--processes", "2", "--max-jobs", "3", "--burst", env=FAST, wait=False
+    )
+    assert supervisor.wait(timeout=60) == 0
+    statuses = [JobRun.objects.get(pk=r.run_id).status for r in runs]
+    assert statuses == [RunStatus.SUCCEEDED] * 8, supervisor.output()
+    per_process = Counter(e["pid"] for e in wait_for_traces("record", count=8))
+    assert max(per_process.values()) <= 3 and len(per_process) >= 3, per_process
 
 
 def test_supervisor_recycles_a_worker_process_past_max_memory(

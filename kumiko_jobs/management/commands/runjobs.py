@@ -128,9 +128,9 @@ class Command(BaseCommand):
                 burst=options["burst"],
             )
             raise SystemExit(code)
-        from kumiko_jobs.supervisor import watch_supervisor
+        from kumiko_jobs.supervisor import EXIT_MAX_JOBS, watch_supervisor
 
-        watch_supervisor()
+        supervised = watch_supervisor()
         worker = LaneWorker(
             lane,
             name=options["name"],
@@ -145,6 +145,9 @@ class Command(BaseCommand):
             worker.work(burst=options["burst"], max_jobs=options["max_jobs"], logging_level=rq_level)
         finally:
             scheduler.stop()
+        if supervised and worker.ran_max_jobs():
+            # Not 0: under --burst the supervisor would take that for an empty lane.
+            raise SystemExit(EXIT_MAX_JOBS)
 
     def _pass_boot_gates(self, lane: str, worker: str) -> None:
         """Run the lane's boot gates (once per supervisor, not again in its children); exit
