@@ -190,6 +190,12 @@ class Supervisor:
 
 
 def _resident_bytes(pid: int) -> int | None:
+    """A process's resident memory, None if it is gone: from /proc on Linux, from ``ps`` where
+    there is none (macOS, the BSDs), so --max-memory works there too."""
+    return _resident_from_proc(pid) if os.path.isdir("/proc/self") else _resident_from_ps(pid)
+
+
+def _resident_from_proc(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
@@ -198,6 +204,21 @@ def _resident_bytes(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def _resident_from_ps(pid: int) -> int | None:
+    # POSIX ps: -o rss= prints the resident set size in KiB, without a header.
+    try:
+        out = subprocess.run(  # noqa: S603
+            ["ps", "-o", "rss=", "-p", str(pid)],  # noqa: S607
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return int(out) * 1024 if out.isdigit() else None
 
 
 def watch_supervisor() -> bool:
