@@ -126,7 +126,8 @@ class Supervisor:
             self._recycle_large()
 
     def _exited(self, child: Child, code: int, now: float) -> None:
-        clean = code in (0, EXIT_MAX_JOBS)
+        # A child stopped for a restart may die of that SIGTERM before its handler is in place.
+        clean = code in (0, EXIT_MAX_JOBS) or (child.recycling and code == -signal.SIGTERM)
         # Under --burst a plain 0 means the lane was empty, unless the supervisor asked for it.
         if self.stopping or (self.burst and code == 0 and not child.recycling):
             self.children.remove(child)

@@ -4,6 +4,7 @@ duplicated executions, wrong final states, recovery time) and requires 0 lost an
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import signal
@@ -103,14 +104,20 @@ def private_redis(tmp_path: Path, settings: Any) -> Any:
         def restart_empty(self) -> float:
             """SHUTDOWN NOSAVE, then a fresh server on the same port; returns the downtime."""
             began = time.monotonic()
+            self.shut_down()
+            time.sleep(1.0)
+            self.start_again()
+            return time.monotonic() - began
+
+        def shut_down(self) -> None:
             try:
                 redis.Redis.from_url(url).shutdown(nosave=True)
             except redis.ConnectionError:
                 pass  # SHUTDOWN closes the connection before it answers
             servers[-1].proc.wait(10)
-            time.sleep(1.0)
+
+        def start_again(self) -> None:
             servers.append(start())
-            return time.monotonic() - began
 
     yield url, Private()
     for server in servers:
@@ -150,6 +157,38 @@ def test_redis_restart_without_persistence_under_load_loses_nothing(
     assert all(worker.proc.poll() is None for worker in workers), "a worker died of the outage"
     assert (figures.lost, figures.wrong_final) == (0, 0)
     assert refused > 0 and repushed > 0  # the outage hit dispatches, and Redis lost queued runs
+
+
+def test_a_supervisor_rides_out_a_redis_outage_while_it_restarts_a_worker_process(
+    start_worker: Any, private_redis: Any, kumiko_prefix: str
+) -> None:
+    """A child started while Redis is down (it crashed, or was recycled, during the outage)
+    waits for Redis as a running worker does. Before, each start failed at once, and after five
+    the supervisor stopped the lane's other children too and exited 1, as for a broken deploy;
+    under systemd its restarts then failed the same way until the unit gave up."""
+    url, server = private_redis
+    client = redis.Redis.from_url(url)
+    supervisor = start_worker("worker", "--processes", "2", env={"KUMIKO_REDIS_URL": url}, wait=False)
+    names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+    wait_until(lambda: all(client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children")
+    child = int(client.hget(f"rq:worker:{names[0]}", "pid") or 0)
+    server.shut_down()
+    os.kill(child, signal.SIGKILL)  # a crash during the outage: the supervisor starts another
+    # Longer than five failed starts with their backoff (1 + 2 + 4 + 8 s) take.
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:
+        assert supervisor.proc.poll() is None, supervisor.output()
+        time.sleep(0.5)
+    assert "Redis unreachable" in supervisor.output()
+    server.start_again()
+    # The new child joins the emptied Redis (the one that rode the outage out joined the old one).
+    wait_until(lambda: client.sismember(get_keys().claimers("worker"), names[0]), 30, "the new child")
+    run = dispatch("tests.chaos_work", {"i": 0, "ms": 1})
+    wait_until(
+        lambda: JobRun.objects.filter(pk=run.run_id, status=RunStatus.SUCCEEDED).exists(), 30, "the run"
+    )
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
 
 
 CRASHING_DISPATCH = """

@@ -1,6 +1,7 @@
 """``manage.py runjobs --lane worker|api``: run one lane worker until SIGTERM.
 
-Start-up order: Redis reachable (else fail within REDIS_TIMEOUT), the database reachable and
+Start-up order: Redis reachable (else fail within REDIS_TIMEOUT; a supervisor's child waits for
+it instead, since its supervisor reached it), the database reachable and
 migrated (database_ready.py; else fail at once), the lane's boot gates inline
 (exit status 3 on failure), its boot jobs (once per dataset and release), then the scheduler
 thread (stamps; leader election unless --no-scheduler) and the worker loop. With --processes
@@ -97,17 +98,13 @@ class Command(BaseCommand):
         from kumiko_jobs.database_ready import database_problem
         from kumiko_jobs.scheduling.boot_jobs import dispatch_boot_jobs
         from kumiko_jobs.scheduling.loop import SchedulerThread
+        from kumiko_jobs.supervisor import EXIT_MAX_JOBS, watch_supervisor
         from kumiko_jobs.worker import LaneWorker
 
         verbosity = int(options["verbosity"])
         worker_logging.configure(verbosity)
-        try:
-            get_redis().ping()
-        except redis.RedisError as exc:
-            raise CommandError(
-                f"Redis at {redis_description()} is not reachable ({exc}). "
-                "Start Redis or set KUMIKO_JOBS['REDIS']."
-            ) from exc
+        supervised = watch_supervisor()
+        self._reach_redis(waiting=supervised, worker=options["name"] or "")
         lane = options["lane"]
         # A supervisor's children: their supervisor checked (each child's start-up counts).
         if os.environ.get(GATES_PASSED_ENV) != lane and (problem := database_problem()):
@@ -128,9 +125,6 @@ class Command(BaseCommand):
                 burst=options["burst"],
             )
             raise SystemExit(code)
-        from kumiko_jobs.supervisor import EXIT_MAX_JOBS, watch_supervisor
-
-        supervised = watch_supervisor()
         worker = LaneWorker(
             lane,
             name=options["name"],
@@ -148,6 +142,29 @@ class Command(BaseCommand):
         if supervised and worker.ran_max_jobs():
             # Not 0: under --burst the supervisor would take that for an empty lane.
             raise SystemExit(EXIT_MAX_JOBS)
+
+    @staticmethod
+    def _reach_redis(*, waiting: bool, worker: str) -> None:
+        """Fail at once if Redis does not answer (a wrong setting, most likely), or, ``waiting``
+        (a supervisor's child: its supervisor reached Redis with these very settings), wait the
+        outage out as a running worker does; a child failing at once would count as a broken
+        deploy and take the supervisor down."""
+        from kumiko_jobs.outage import RedisOutage
+
+        outage = RedisOutage(worker)
+        while True:
+            try:
+                get_redis().ping()
+            except redis.RedisError as exc:
+                if not waiting:
+                    raise CommandError(
+                        f"Redis at {redis_description()} is not reachable ({exc}). "
+                        "Start Redis or set KUMIKO_JOBS['REDIS']."
+                    ) from exc
+                outage.wait(exc)
+                continue
+            outage.over()
+            return
 
     def _pass_boot_gates(self, lane: str, worker: str) -> None:
         """Run the lane's boot gates (once per supervisor, not again in its children); exit
