@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import redis
@@ -112,9 +113,18 @@ def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
 class Heartbeat(threading.Thread):
     """Keeps the worker key and the leases of its running jobs (one per job thread) alive."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, lane: str, worker_key: str) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        lane: str,
+        worker_key: str,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name="kumiko-heartbeat", daemon=True)
         self.client, self.keys, self.lane, self.worker_key = client, keys, lane, worker_key
+        # Called when the worker's key is gone (Redis lost its data): register again.
+        self.on_lost = on_lost
         self._members: set[str] = set()
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
@@ -139,7 +149,10 @@ class Heartbeat(threading.Thread):
             with self._lock:
                 members = sorted(self._members)
             try:
-                script(keys=[self.keys.started(self.lane), self.worker_key], args=argv(args, *members))
+                keys = [self.keys.started(self.lane), self.worker_key]
+                known = script(keys=keys, args=argv(args, *members))
+                if not known and self.on_lost is not None:
+                    self.on_lost()
             except redis.RedisError:
                 logger.warning("kumiko_jobs: heartbeat failed; retrying", exc_info=True)
 

@@ -95,7 +95,7 @@ class LaneWorker(SimpleWorker):
         self._next_repair = time.time() + REPAIR_INTERVAL
         self._next_outbox = 0.0
         self._next_rebuild = 0.0
-        self.leases = Heartbeat(self.client, self.keys, self.lane, self.key)
+        self.leases = Heartbeat(self.client, self.keys, self.lane, self.key, on_lost=self._register_again)
         settle: Settle = "after_step" if threads == 1 else "by_writer"
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]), settle)
         self._loops: list[JobLoop | JobThread] = []
@@ -182,6 +182,15 @@ class LaneWorker(SimpleWorker):
             f"({steps.carried / max(steps.calls, 1):.2f} a call); "
             f"{writer.written} successes written in {writer.writes} batches"
         )
+
+    def _register_again(self) -> None:
+        """The heartbeat thread found this worker's key gone while it runs (Redis restarted
+        without its data, a failover to an empty replica): list it again where operators count
+        workers (RQ's registry, so django-rq's dashboard, and the lane's claimers)."""
+        self.register_birth()
+        self.set_state(self.get_state())
+        self.client.sadd(self.keys.claimers(self.lane), self.name)
+        logger.warning("worker %s: Redis had lost this worker's registration; registered again", self.name)
 
     # Shared by the job loops --------------------------------------------------------------
     def stopping(self) -> bool:

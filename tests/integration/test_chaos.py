@@ -181,7 +181,7 @@ def test_a_supervisor_rides_out_a_redis_outage_while_it_restarts_a_worker_proces
         time.sleep(0.5)
     assert "Redis unreachable" in supervisor.output()
     server.start_again()
-    # The new child joins the emptied Redis (the one that rode the outage out joined the old one).
+    # The new child joins the emptied Redis as it starts (the other one at its next heartbeat).
     wait_until(lambda: client.sismember(get_keys().claimers("worker"), names[0]), 30, "the new child")
     run = dispatch("tests.chaos_work", {"i": 0, "ms": 1})
     wait_until(
@@ -189,6 +189,44 @@ def test_a_supervisor_rides_out_a_redis_outage_while_it_restarts_a_worker_proces
     )
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(timeout=30) == 0
+
+
+def test_workers_register_again_after_redis_lost_its_data(
+    start_worker: Any, private_redis: Any, kumiko_prefix: str
+) -> None:
+    """Operators count a lane's workers on django-rq's dashboard (RQ's worker registry) and in
+    the lane's claimers set: a worker that rode out a Redis restart without persistence must be
+    listed again, with its queue, not only keep working."""
+    from rq import Worker
+
+    url, server = private_redis
+    client = redis.Redis.from_url(url)
+    worker = start_worker(
+        "worker", env={"KUMIKO_REDIS_URL": url, "KUMIKO_TEST_HEARTBEAT_INTERVAL": "1"}, wait=False
+    )
+    name = f"{kumiko_prefix}-worker-1"
+    queue = get_keys().queue_name("worker")
+
+    def listed() -> bool:
+        workers = {w.name: w for w in Worker.all(connection=client)}
+        return (
+            client.sismember(get_keys().claimers("worker"), name)
+            and name in workers
+            and workers[name].queue_names() == [queue]
+            and workers[name].pid == worker.pid
+        )
+
+    wait_until(listed, 30, "the worker listed")
+    server.restart_empty()
+    assert not listed()
+    wait_until(listed, 15, "the worker listed again")
+    run = dispatch("tests.chaos_work", {"i": 0, "ms": 1})
+    wait_until(
+        lambda: JobRun.objects.filter(pk=run.run_id, status=RunStatus.SUCCEEDED).exists(), 30, "the run"
+    )
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert not client.sismember(get_keys().claimers("worker"), name)
 
 
 CRASHING_DISPATCH = """
