@@ -187,7 +187,7 @@ class LaneWorker(SimpleWorker):
         """The heartbeat thread found this worker's key gone while it runs (Redis restarted
         without its data, a failover to an empty replica): list it again where operators count
         workers (RQ's registry, so django-rq's dashboard, and the lane's claimers)."""
-        self.register_birth()
+        self.register_birth()  # type: ignore[no-untyped-call]
         self.set_state(self.get_state())
         self.client.sadd(self.keys.claimers(self.lane), self.name)
         logger.warning("worker %s: Redis had lost this worker's registration; registered again", self.name)
