@@ -24,7 +24,7 @@ from typing import Any
 from kumiko_jobs import run_rows
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import insert_queued, safe, start_update_run, update_run, update_runs
+from kumiko_jobs.records import durable, insert_queued, safe, start_update_run, update_run, update_runs
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -137,7 +137,8 @@ class OutcomeUpdate:
 def write_outcomes(updates: Sequence[OutcomeUpdate]) -> None:
     """Write these outcomes in one round trip and one transaction (pg_pipeline). Where that is
     not available or fails (a broken connection, a bad value), each is written on its own
-    through ``records.safe``, which logs a write that fails again."""
+    through ``records.durable``, which waits out a database that does not answer and logs a
+    write that fails again."""
     try:
         counts = update_runs([(update.meta.run_id, update.values) for update in updates])
     except Exception:
@@ -145,7 +146,7 @@ def write_outcomes(updates: Sequence[OutcomeUpdate]) -> None:
         counts = None
     if counts is None:
         for update in updates:
-            safe(update.mark_outcome)
+            durable(update.mark_outcome)
         return
     for update, count in zip(updates, counts, strict=True):
         if not count:

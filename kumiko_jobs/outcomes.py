@@ -114,7 +114,7 @@ def succeeded(
             meta=meta, now=now, logs=logs, started=start, result=result
         )
     else:
-        written = records.safe_later(
+        written = records.durable_later(
             attempt_records.start_succeeded,
             attempt_records.mark_succeeded,
             meta=meta,
@@ -186,7 +186,7 @@ def failed_attempt(
     release = release_of(definition, meta)
     started_at = start.at if start else None
     if final:
-        records.safe(
+        records.durable(
             attempt_records.mark_failed,
             meta=meta,
             now=now,
@@ -213,7 +213,7 @@ def failed_attempt(
         )
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
-    records.safe(
+    records.durable(
         attempt_records.mark_retry,
         meta=meta,
         now=now,
@@ -251,7 +251,9 @@ def deferred(
         return failed_attempt(definition, job_id, meta, error, logs, start=start)
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
-    records.safe(attempt_records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start)
+    records.durable(
+        attempt_records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start
+    )
     run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
     _announce_start(meta, job_id, start)
     run_events.deferred(meta, job_id)
@@ -343,7 +345,7 @@ def _requeued(
     """Back to its flow after ``delay`` seconds without consuming an attempt."""
     now = datetime.now(UTC)
     next_at = now + timedelta(seconds=delay)
-    records.safe(
+    records.durable(
         attempt_records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start
     )
     run_events.attempt_ended(meta, start.job_id, "requeued", error=error, deferral=reason)

@@ -1,6 +1,6 @@
 """Every JobRun write. Each state change is one guarded UPDATE (or an insert that tolerates races).
 
-This module holds the statements (inserts, ``update_run``, ``safe``) and the writes of
+This module holds the statements (inserts, ``update_run``, ``safe``, ``durable``) and the writes of
 dispatching, pushing, repair and operators; an attempt's own state changes, which the worker
 writes, are in attempt_records.py on top of them.
 
@@ -27,6 +27,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from kumiko_jobs import db_connections, pg_pipeline, run_rows
 from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
+from kumiko_jobs.outage import Outage
 from kumiko_jobs.run_rows import RunRow
 
 logger = logging.getLogger("kumiko_jobs")
@@ -204,42 +205,80 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
     A connection that broke under the write (a job closed it, the database restarted) is
     replaced and the write tried once more: every write here is an idempotent UPDATE or upsert.
     """
+    return _attempt(write, args, kwargs, log=True)
+
+
+def durable[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> bool:
+    """``safe``, for a run's outcome in a worker: while the database does not answer at all (a
+    restart, a failover), wait for it with backoff and write again, instead of returning and
+    letting the worker tell Redis of an outcome its record lacks (the run would be done in Redis
+    and still queued in its record, and the stale-run repair would run it again). The run's
+    lease is renewed meanwhile (the heartbeat needs only Redis) and the thread takes no other
+    job. A write the database answers with an error (a bad value) is given up as by ``safe``."""
+    outage: Outage | None = None
+    while not _attempt(write, args, kwargs, log=outage is None):
+        if database_answers():
+            return False
+        if outage is None:
+            outage = Outage("kumiko_jobs", f"database {router.db_for_write(JobRun)!r}")
+        outage.wait(f"{getattr(write, '__name__', 'a run record write')} waits for it")
+    if outage is not None:
+        outage.over()
+    return True
+
+
+def database_answers() -> bool:
+    """Whether the run table's database answers a query now (its connection replaced if not)."""
+    connection = connections[router.db_for_write(JobRun)]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError:
+        db_connections.discard(connection)
+        return False
+    return True
+
+
+def _attempt(write: Callable[..., object], args: Any, kwargs: Any, *, log: bool) -> bool:
     name = getattr(write, "__name__", repr(write))
+    failed = logger.exception if log else logger.debug
     for attempt in (1, 2):
         try:
             write(*args, **kwargs)
         except (IntegrityError, DataError):
-            logger.exception("kumiko_jobs: run record write %s failed", name)
+            failed("kumiko_jobs: run record write %s failed", name, exc_info=True)
         except DatabaseError:
             # Anything else may be a connection that broke under us (on SQLite a closed one
             # says ProgrammingError): a fresh connection gets one more try.
             connection = connections[router.db_for_write(JobRun)]
             if attempt == 1 and not connection.in_atomic_block:
-                logger.warning("kumiko_jobs: run record write %s lost its connection; retrying", name)
+                if log:
+                    logger.warning("kumiko_jobs: run record write %s lost its connection; retrying", name)
                 db_connections.discard(connection)
                 continue
-            logger.exception("kumiko_jobs: run record write %s failed", name)
+            failed("kumiko_jobs: run record write %s failed", name, exc_info=True)
         except Exception:
             # A bad value in a job's metadata must not stop the worker (poison job).
-            logger.exception("kumiko_jobs: run record write %s failed", name)
+            failed("kumiko_jobs: run record write %s failed", name, exc_info=True)
         else:
             return True
         return False
     return False
 
 
-def safe_later[**P](
+def durable_later[**P](
     start: Callable[P, Callable[[], object]], write: Callable[P, object], *args: P.args, **kwargs: P.kwargs
 ) -> Callable[[], bool]:
-    """``safe(write, ...)`` in two halves: ``start`` sends the write now, and the function it
+    """``durable(write, ...)`` in two halves: ``start`` sends the write now, and the function it
     returns waits for the answer; the function returned here calls that and says whether the
-    write landed. Where sending or waiting fails, ``safe`` does the whole write again (every
-    write here is idempotent), so a failure is handled as ``safe`` handles it."""
+    write landed. Where sending or waiting fails, ``durable`` does the whole write again (every
+    write here is idempotent), so a failure is handled as ``durable`` handles it; a send that
+    fails (the database went away) does so before this returns, so before Redis hears of it."""
     try:
         wait = start(*args, **kwargs)
     except Exception:
         logger.warning("kumiko_jobs: sending run record write %s failed; writing it again", start.__name__)
-        landed = safe(write, *args, **kwargs)
+        landed = durable(write, *args, **kwargs)
         return lambda: landed
 
     def settle() -> bool:
@@ -247,7 +286,7 @@ def safe_later[**P](
             wait()
         except Exception:
             logger.warning("kumiko_jobs: run record write %s failed; writing it again", start.__name__)
-            return safe(write, *args, **kwargs)
+            return durable(write, *args, **kwargs)
         return True
 
     return settle
