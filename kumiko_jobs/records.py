@@ -205,7 +205,10 @@ def safe[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> 
     A connection that broke under the write (a job closed it, the database restarted) is
     replaced and the write tried once more: every write here is an idempotent UPDATE or upsert.
     """
-    return _attempt(write, args, kwargs, log=True)
+    failure = _attempt(write, args, kwargs)
+    if failure is not None:
+        _log_failure(write, failure)
+    return failure is None
 
 
 def durable[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> bool:
@@ -216,12 +219,13 @@ def durable[**P](write: Callable[P, object], *args: P.args, **kwargs: P.kwargs) 
     lease is renewed meanwhile (the heartbeat needs only Redis) and the thread takes no other
     job. A write the database answers with an error (a bad value) is given up as by ``safe``."""
     outage: Outage | None = None
-    while not _attempt(write, args, kwargs, log=outage is None):
+    while (failure := _attempt(write, args, kwargs)) is not None:
         if database_answers():
+            _log_failure(write, failure)
             return False
         if outage is None:
             outage = Outage("kumiko_jobs", f"database {router.db_for_write(JobRun)!r}")
-        outage.wait(f"{getattr(write, '__name__', 'a run record write')} waits for it")
+        outage.wait(f"{_name(write)} waits for it: {str(failure).strip()}")
     if outage is not None:
         outage.over()
     return True
@@ -239,31 +243,34 @@ def database_answers() -> bool:
     return True
 
 
-def _attempt(write: Callable[..., object], args: Any, kwargs: Any, *, log: bool) -> bool:
-    name = getattr(write, "__name__", repr(write))
-    failed = logger.exception if log else logger.debug
-    for attempt in (1, 2):
-        try:
-            write(*args, **kwargs)
-        except (IntegrityError, DataError):
-            failed("kumiko_jobs: run record write %s failed", name, exc_info=True)
-        except DatabaseError:
-            # Anything else may be a connection that broke under us (on SQLite a closed one
-            # says ProgrammingError): a fresh connection gets one more try.
-            connection = connections[router.db_for_write(JobRun)]
-            if attempt == 1 and not connection.in_atomic_block:
-                if log:
-                    logger.warning("kumiko_jobs: run record write %s lost its connection; retrying", name)
-                db_connections.discard(connection)
-                continue
-            failed("kumiko_jobs: run record write %s failed", name, exc_info=True)
-        except Exception:
-            # A bad value in a job's metadata must not stop the worker (poison job).
-            failed("kumiko_jobs: run record write %s failed", name, exc_info=True)
-        else:
-            return True
-        return False
-    return False
+def _attempt(write: Callable[..., object], args: Any, kwargs: Any) -> Exception | None:
+    """Run the write; the failure, or None. A database error other than a bad value may be a
+    connection that broke under us (on SQLite a closed one says ProgrammingError): the write
+    gets one more try on a fresh connection."""
+    failure = _try(write, args, kwargs)
+    if isinstance(failure, DatabaseError) and not isinstance(failure, IntegrityError | DataError):
+        connection = connections[router.db_for_write(JobRun)]
+        if not connection.in_atomic_block:
+            logger.debug("kumiko_jobs: run record write %s lost its connection; retrying", _name(write))
+            db_connections.discard(connection)
+            failure = _try(write, args, kwargs)
+    return failure
+
+
+def _try(write: Callable[..., object], args: Any, kwargs: Any) -> Exception | None:
+    try:
+        write(*args, **kwargs)
+    except Exception as exc:  # a bad value in a job's metadata must not stop the worker (poison job)
+        return exc
+    return None
+
+
+def _log_failure(write: Callable[..., object], failure: Exception) -> None:
+    logger.error("kumiko_jobs: run record write %s failed", _name(write), exc_info=failure)
+
+
+def _name(write: Callable[..., object]) -> str:
+    return getattr(write, "__name__", repr(write))
 
 
 def durable_later[**P](

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 import redis
+from django.db import DatabaseError
 from rq import Queue
 from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
@@ -44,6 +45,7 @@ from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.observability import flush_telemetry
 from kumiko_jobs.outcomes import Settle
 from kumiko_jobs.rebuild import push_waiting, rebuild_step
+from kumiko_jobs.records import database_answers
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
@@ -95,6 +97,7 @@ class LaneWorker(SimpleWorker):
         self._next_repair = time.time() + REPAIR_INTERVAL
         self._next_outbox = 0.0
         self._next_rebuild = 0.0
+        self._database_down_since: float | None = None  # upkeep found the database unreachable
         self.leases = Heartbeat(self.client, self.keys, self.lane, self.key, on_lost=self._register_again)
         settle: Settle = "after_step" if threads == 1 else "by_writer"
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]), settle)
@@ -322,13 +325,32 @@ class LaneWorker(SimpleWorker):
             self._guarded("rebuild", rebuild_step, self.client, self.keys, self.lane)
 
     def _guarded[**P](self, task: str, run: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
-        """Run an upkeep task; only a Redis outage (handled by the loop) gets past it."""
+        """Run an upkeep task; only a Redis outage (handled by the loop) gets past it. While the
+        database does not answer at all, the tasks that need it fail quietly: one line when the
+        outage starts and one when it ends, not a traceback per task and interval."""
         try:
             run(*args, **kwargs)
         except redis.RedisError:
             raise
+        except DatabaseError as exc:
+            if database_answers():
+                logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
+            elif self._database_down_since is None:
+                self._database_down_since = time.monotonic()
+                logger.warning(
+                    "worker %s: database unreachable (%s); its upkeep (reaper, repair, outbox, "
+                    "rebuild) waits for it",
+                    self.name,
+                    str(exc).strip(),
+                )
+            return
         except Exception:
             logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
+            return
+        if self._database_down_since is not None and database_answers():
+            down = time.monotonic() - self._database_down_since
+            self._database_down_since = None
+            logger.warning("worker %s: database is back after %.1fs; upkeep resumes", self.name, down)
 
     def _log_batching(self) -> None:
         if self._batching:
