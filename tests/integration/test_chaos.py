@@ -217,6 +217,11 @@ def test_workers_register_again_after_redis_lost_its_data(
         )
 
     wait_until(listed, 30, "the worker listed")
+    # In its loop, past start-up (a Redis gone between registering and the loop ends start-up).
+    first = dispatch("tests.chaos_work", {"i": 1, "ms": 1})
+    wait_until(
+        lambda: JobRun.objects.filter(pk=first.run_id, status=RunStatus.SUCCEEDED).exists(), 30, "a run"
+    )
     server.restart_empty()
     assert not listed()
     wait_until(listed, 15, "the worker listed again")
