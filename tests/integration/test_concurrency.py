@@ -199,6 +199,20 @@ def _pids(redis_client: Any, names: list[str]) -> list[int | None]:
     return pids
 
 
+def _two_children_one_busy(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, wait_for_traces: Any
+) -> tuple[Any, list[str], list[int | None], Any]:
+    """A supervisor of two children, one of them running a 2 s run: (supervisor, the children's
+    names, their pids, the run's dispatch result)."""
+    supervisor = start_worker("worker", "--processes", "2", env=FAST, wait=False)
+    names = _children(kumiko_prefix)
+    wait_until(lambda: None not in _pids(redis_client, names), 30, "both children")
+    pids = _pids(redis_client, names)
+    busy = dispatch("tests.sleeper", {"seconds": 2})
+    wait_for_traces("sleeper_start")
+    return supervisor, names, pids, busy
+
+
 def _gone(pid: int) -> bool:
     """The process has exited (a zombie counts: its parent died, and nobody reaped it yet)."""
     try:
@@ -214,12 +228,9 @@ def test_worker_processes_finish_their_jobs_and_stop_when_their_supervisor_is_ki
     """A supervisor killed outright (the OOM killer; a process manager's SIGKILL, which reaches
     its process group only, and each child has its own) must not leave its children working on
     unsupervised beside the ones its replacement starts."""
-    supervisor = start_worker("worker", "--processes", "2", env=FAST, wait=False)
-    names = _children(kumiko_prefix)
-    wait_until(lambda: None not in _pids(redis_client, names), 30, "both children")
-    pids = _pids(redis_client, names)
-    busy = dispatch("tests.sleeper", {"seconds": 2})
-    wait_for_traces("sleeper_start")
+    supervisor, names, pids, busy = _two_children_one_busy(
+        start_worker, redis_client, kumiko_prefix, wait_for_traces
+    )
     supervisor.signal(signal.SIGKILL)
     assert supervisor.wait(timeout=10) == -signal.SIGKILL
     run = wait_for_run(busy.run_id, ("succeeded",), timeout=20)
@@ -234,12 +245,9 @@ def test_sighup_restarts_the_worker_processes_once_their_running_jobs_finish(
 ) -> None:
     """A deploy's reload (systemd's ExecReload): new worker processes, so new code, without a
     run cut off or the supervisor restarted."""
-    supervisor = start_worker("worker", "--processes", "2", env=FAST, wait=False)
-    names = _children(kumiko_prefix)
-    wait_until(lambda: None not in _pids(redis_client, names), 30, "both children")
-    before = _pids(redis_client, names)
-    busy = dispatch("tests.sleeper", {"seconds": 1.5})
-    wait_for_traces("sleeper_start")
+    supervisor, names, before, busy = _two_children_one_busy(
+        start_worker, redis_client, kumiko_prefix, wait_for_traces
+    )
     supervisor.signal(signal.SIGHUP)
     assert wait_for_run(busy.run_id, ("succeeded",), timeout=20).attempt == 1
     wait_until(
