@@ -20,6 +20,7 @@ import redis
 from django.db import connection, transaction
 
 from kumiko_jobs import QueueUnavailable, dispatch
+from kumiko_jobs.claiming import PREFETCH_PER_THREAD
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.models import JobRun, RunStatus
 from tests.integration.chaos import ABANDON_AFTER, CHAOS_ENV, Ledger, figures_of
@@ -238,8 +239,8 @@ def test_a_database_outage_under_load_loses_nothing(
     chaos_workers: Any, ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """PostgreSQL drops every worker connection and refuses new ones for a while (a restart, a
-    failover): the workers ride it out, every run ends succeeded, recorded as such, and none ran
-    twice."""
+    failover): the workers ride it out, every run ends succeeded, recorded as such, none ran
+    twice, and the workers ran few jobs meanwhile."""
     if connection.vendor != "postgresql":
         pytest.skip("an outage of PostgreSQL: the test refuses connections to its database")
     run_ids = dispatch_many(600, ms=10)
@@ -263,12 +264,21 @@ def test_a_database_outage_under_load_loses_nothing(
                 (name, own),
             ).fetchone()
             dropped = row[0] if row else 0
+            down_from = time.time()
             time.sleep(8)
         finally:
             admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-    downtime = time.monotonic() - began
+    down_to, downtime = time.time(), time.monotonic() - began
     figures = figures_of("PostgreSQL refusing connections under load", run_ids, ledger, 120)
-    figures.extra.update(downtime_s=round(downtime, 1), connections_dropped=dropped)
+    # Runs the --threads worker started while its successes could not be written.
+    started_meanwhile = sum(
+        1
+        for event, _run, _attempt, pid, at in ledger.lines()
+        if event == "start" and pid == workers[0].pid and down_from + 1 < at < down_to
+    )
+    figures.extra.update(
+        downtime_s=round(downtime, 1), connections_dropped=dropped, thread_starts_meanwhile=started_meanwhile
+    )
     figures.report(capsys)
     assert dropped >= 2
     assert all(worker.proc.poll() is None for worker in workers), "a worker died of the outage"
@@ -280,6 +290,11 @@ def test_a_database_outage_under_load_loses_nothing(
     # One line when the outage starts and one when it ends, not a traceback per upkeep task and
     # interval (the --threads worker's main thread kept running its upkeep meanwhile).
     assert not any("failed; it runs again at its next interval" in worker.output() for worker in workers)
+    # The --threads worker ran no more than it held ready: a success the writer cannot write
+    # keeps its job out, so the claimer claims nothing for that thread, instead of the job
+    # threads running the lane's backlog (all of it to run again had the process died before
+    # the database came back).
+    assert started_meanwhile <= 4 * (1 + PREFETCH_PER_THREAD), started_meanwhile
 
 
 CRASHING_DISPATCH = """
