@@ -22,9 +22,10 @@ from datetime import datetime
 from typing import Any
 
 from kumiko_jobs import run_rows
+from kumiko_jobs.guarded_writes import durable, safe
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import durable, insert_queued, safe, start_update_run, update_run, update_runs
+from kumiko_jobs.records import insert_queued, start_update_run, update_run, update_runs
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -137,7 +138,7 @@ class OutcomeUpdate:
 def write_outcomes(updates: Sequence[OutcomeUpdate]) -> None:
     """Write these outcomes in one round trip and one transaction (pg_pipeline). Where that is
     not available or fails (a broken connection, a bad value), each is written on its own
-    through ``records.durable``, which waits out a database that does not answer and logs a
+    through ``guarded_writes.durable``, which waits out a database that does not answer and logs a
     write that fails again."""
     try:
         counts = update_runs([(update.meta.run_id, update.values) for update in updates])

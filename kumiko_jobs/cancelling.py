@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from kumiko_jobs import records, run_events
+from kumiko_jobs import guarded_writes, records, run_events
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.jobdata import rq_time
@@ -71,7 +71,7 @@ def cancel_queued(
                 refused[job_id] = _REFUSALS.get(code, f"already {code}")
     recorded = True
     if canceled:
-        recorded = records.safe(_drop, canceled, now=now, reason=reason)
+        recorded = guarded_writes.safe(_drop, canceled, now=now, reason=reason)
         logger.info("kumiko_jobs: canceled %d queued job(s): %s", len(canceled), _sample(canceled))
     return CancelResult(tuple(canceled), refused, recorded)
 

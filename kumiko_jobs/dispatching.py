@@ -21,7 +21,7 @@ from typing import Any, Literal
 from django.db import router, transaction
 from django.utils import timezone
 
-from kumiko_jobs import faults, records, run_events
+from kumiko_jobs import faults, guarded_writes, records, run_events
 from kumiko_jobs.conf import redis_description
 from kumiko_jobs.definitions import EventTrigger
 from kumiko_jobs.events import check_emitted
@@ -145,7 +145,7 @@ def submit(prepared: Sequence[PreparedJob]) -> list[DispatchResult]:
     if len(prepared) == 1 and prepared[0].always_queued:
         return [_push_and_record_overlapped(prepared[0])]
     pushed = push(prepared)
-    records.safe(record_pushes, prepared, pushed, rows_exist=False)
+    guarded_writes.safe(record_pushes, prepared, pushed, rows_exist=False)
     return [_result(p, o) for p, o in zip(prepared, pushed, strict=True)]
 
 
@@ -157,7 +157,7 @@ def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
 
     def record() -> None:
         nonlocal recorded
-        recorded = records.safe(records.insert_queued, [p.row])
+        recorded = guarded_writes.safe(records.insert_queued, [p.row])
 
     # On PostgreSQL the INSERT goes out first and the push is built, sent and read while the
     # database works (its ~200 us per row is the longer wait); elsewhere the row is written
@@ -173,10 +173,12 @@ def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
                 recorded = inserted()
     except QueueUnavailable:
         if recorded:
-            records.safe(records.delete_unpushed, p.row.id)
+            guarded_writes.safe(records.delete_unpushed, p.row.id)
         raise
     if pushed.dropped:
-        records.safe(drop_replaced, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}")
+        guarded_writes.safe(
+            drop_replaced, pushed.dropped, now=timezone.now(), reason=f"replaced by {p.job_id}"
+        )
     if recorded and pushed.status == "queued":
         run_events.queued([p.row])
     return _result(p, pushed)
@@ -257,4 +259,4 @@ def push_after_commit(prepared: Sequence[PreparedJob]) -> None:
             exc.__cause__ or exc,
         )
         return
-    records.safe(record_pushes, prepared, pushed, rows_exist=True)
+    guarded_writes.safe(record_pushes, prepared, pushed, rows_exist=True)

@@ -1,8 +1,8 @@
 """Every TenantFailure write (records.py holds the JobRun ones): a final failure inserts or
 bumps the (tenant, job, subject) record in one atomic upsert, a success deletes it.
 
-Both run through ``records.safe`` from the outcome policy, so a failing write never fails or
-retries a job.
+Both run through ``guarded_writes.safe`` from the outcome policy, so a failing write never
+fails or retries a job.
 """
 
 from __future__ import annotations

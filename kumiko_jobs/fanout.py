@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from kumiko_jobs import attempt_records, outcomes, records, run_events, tenancy
+from kumiko_jobs import attempt_records, guarded_writes, outcomes, records, run_events, tenancy
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
@@ -53,7 +53,7 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
         # A newer deploy's job reaching an older worker gets the same grace as any unknown job.
         return outcomes.unknown_job(meta, target, start)
     job_id, payload = start.job_id, dict(start.payload)
-    records.safe(
+    guarded_writes.safe(
         attempt_records.mark_running,
         meta=meta,
         job_id=job_id,
@@ -76,7 +76,7 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
         "msg": f"fanned out to {total} tenants",
         "attempt": meta.attempt,
     }
-    records.safe(records.set_fanout_count, meta.run_id, total)
+    guarded_writes.safe(records.set_fanout_count, meta.run_id, total)
     # The wrapper's own gates are a tenant flow: nothing of the target's to release.
     return outcomes.succeeded(None, job_id, meta, [line], None)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from kumiko_jobs import attempt_records, failure_records, records, run_events
+from kumiko_jobs import attempt_records, failure_records, guarded_writes, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import JobDefinition
@@ -114,7 +114,7 @@ def succeeded(
             meta=meta, now=now, logs=logs, started=start, result=result
         )
     else:
-        written = records.durable_later(
+        written = guarded_writes.durable_later(
             attempt_records.start_succeeded,
             attempt_records.mark_succeeded,
             meta=meta,
@@ -129,7 +129,9 @@ def succeeded(
             written()
         if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
             # A success clears the tenant's failure record of the same subject.
-            records.safe(failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject)
+            guarded_writes.safe(
+                failure_records.clear_tenant_failure, meta.tenant_id, meta.job_name, meta.subject
+            )
         started_at = start.at if start else None
         run_events.attempt_ended(meta, job_id, "succeeded", started_at=started_at, final=True, ended_at=now)
         _announce_start(meta, job_id, start)
@@ -186,7 +188,7 @@ def failed_attempt(
     release = release_of(definition, meta)
     started_at = start.at if start else None
     if final:
-        records.durable(
+        guarded_writes.durable(
             attempt_records.mark_failed,
             meta=meta,
             now=now,
@@ -213,7 +215,7 @@ def failed_attempt(
         )
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
-    records.durable(
+    guarded_writes.durable(
         attempt_records.mark_retry,
         meta=meta,
         now=now,
@@ -251,7 +253,7 @@ def deferred(
         return failed_attempt(definition, job_id, meta, error, logs, start=start)
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
-    records.durable(
+    guarded_writes.durable(
         attempt_records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start
     )
     run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
@@ -288,7 +290,7 @@ def _record_tenant_failure(
     # declaration's. Never the error text.
     own = getattr(exc, "message_key", None)
     key = own if isinstance(own, str) and own.strip() else declared.message_key
-    records.safe(
+    guarded_writes.safe(
         failure_records.record_tenant_failure,
         tenant_id=meta.tenant_id,
         job_name=meta.job_name,
@@ -345,7 +347,7 @@ def _requeued(
     """Back to its flow after ``delay`` seconds without consuming an attempt."""
     now = datetime.now(UTC)
     next_at = now + timedelta(seconds=delay)
-    records.durable(
+    guarded_writes.durable(
         attempt_records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start
     )
     run_events.attempt_ended(meta, start.job_id, "requeued", error=error, deferral=reason)
@@ -372,7 +374,7 @@ def malformed(job_id: str, run_id: str | None, exc: MalformedJob, release: Relea
     message = scrub(f"Malformed job data, cannot run it: {exc}")
     logger.error("kumiko_jobs: %s job_id=%s", message, job_id)
     now = datetime.now(UTC)
-    records.safe(
+    guarded_writes.safe(
         attempt_records.mark_failed_without_row, job_id=job_id, run_id=run_id, now=now, error=message
     )
     return Outcome(

@@ -31,7 +31,7 @@ import redis
 from django.db.models import Q
 from rq.utils import as_text
 
-from kumiko_jobs import faults, records
+from kumiko_jobs import faults, guarded_writes, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import wrapped_job
@@ -74,9 +74,9 @@ def repush(client: redis.Redis, rows: Sequence[JobRun], *, admit: bool, announce
         return 0
     pushed = push(prepared, client)
     faults.crash_point("rebuild:after_push")
-    records.safe(record_pushes, prepared, pushed, rows_exist=True, announce=announce)
+    guarded_writes.safe(record_pushes, prepared, pushed, rows_exist=True, announce=announce)
     back = [p.row.id for p, o in zip(prepared, pushed, strict=True) if o.status == "queued"]
-    records.safe(records.mark_pushed_again, back, now=datetime.now(UTC))
+    guarded_writes.safe(records.mark_pushed_again, back, now=datetime.now(UTC))
     taken = sum(o.status in ("queued", "duplicate") for o in pushed)
     logger.warning("kumiko_jobs: pushed %d run(s) again from their records", taken)
     return taken
@@ -149,7 +149,7 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     missing = missing_from_redis(client, keys, rows)
     lost = {row.pk for row in missing}
     held = [row.pk for row in rows if row.pk not in lost]
-    records.safe(records.mark_pushed, held, now=datetime.now(UTC))
+    guarded_writes.safe(records.mark_pushed, held, now=datetime.now(UTC))
     suspects.note(client, missing)
     return done + len(held)
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 import redis
 from rq.utils import as_text
 
-from kumiko_jobs import records
+from kumiko_jobs import guarded_writes, records
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.exceptions import MalformedJob
@@ -68,7 +68,7 @@ def requeue_jobs(job_ids: Iterable[str], *, client: redis.Redis | None = None) -
                     code, f"it is {code}"
                 )
     if requeued:
-        records.safe(records.mark_requeued_by_operator, requeued, now=now)
+        guarded_writes.safe(records.mark_requeued_by_operator, requeued, now=now)
         logger.info("kumiko_jobs: requeued %d job(s) by operator request", len(requeued))
     return RequeueResult(tuple(requeued), refused)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from kumiko_jobs import attempt_records, records, run_events
+from kumiko_jobs import attempt_records, guarded_writes, run_events
 from kumiko_jobs.jobdata import JobMeta
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ Pending = tuple[JobMeta, attempt_records.Started, int]  # the run, and its entry
 def mark_running(meta: JobMeta, start: attempt_records.Started) -> None:
     """Write "running" (a failed write is logged, never raised: the outcome still records the
     start), then send job_started."""
-    records.safe(
+    guarded_writes.safe(
         attempt_records.mark_running,
         meta=meta,
         job_id=start.job_id,

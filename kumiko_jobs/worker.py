@@ -38,6 +38,7 @@ from kumiko_jobs import faults
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
+from kumiko_jobs.guarded_writes import database_answers
 from kumiko_jobs.job_loop import JobLoop, nothing_due
 from kumiko_jobs.job_threads import JobThread, start_job_threads
 from kumiko_jobs.lane import Stepper, count_claims, promote_due
@@ -45,7 +46,6 @@ from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.observability import flush_telemetry
 from kumiko_jobs.outcomes import Settle
 from kumiko_jobs.rebuild import push_waiting, rebuild_step
-from kumiko_jobs.records import database_answers
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker

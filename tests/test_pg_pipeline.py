@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, ProgrammingError, connection
 
-from kumiko_jobs import pg_pipeline, records, run_rows
+from kumiko_jobs import guarded_writes, pg_pipeline, records, run_rows
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 
@@ -161,7 +161,7 @@ def test_a_connection_left_inside_a_transaction_is_not_written_through() -> None
     # A job opened a transaction behind Django's back (autocommit still on as Django sees it).
     connection.connection.execute("BEGIN")
     connection.connection.execute("UPDATE kumiko_jobs_jobrun SET worker = 'uncommitted junk'")
-    assert records.safe(records.update_run, row.id, error="written")
+    assert guarded_writes.safe(records.update_run, row.id, error="written")
     stored = JobRun.objects.values_list("error", "worker").get(pk=row.id)
     assert stored == ("written", "")  # the junk was rolled back with the replaced connection
 

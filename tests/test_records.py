@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from kumiko_jobs import attempt_records, records
+from kumiko_jobs import attempt_records, guarded_writes, records
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.preparing import prepare
@@ -66,6 +66,6 @@ def test_safe_never_raises_and_says_whether_the_write_happened(caplog: pytest.Lo
     def broken() -> None:
         raise ValueError("badly formed value")
 
-    assert records.safe(broken) is False
+    assert guarded_writes.safe(broken) is False
     assert "run record write broken failed" in caplog.text
-    assert records.safe(records.mark_pushed, [], now=datetime.now(UTC)) is True
+    assert guarded_writes.safe(records.mark_pushed, [], now=datetime.now(UTC)) is True

@@ -14,7 +14,7 @@ import time
 
 from redis.client import Pipeline
 
-from kumiko_jobs import records
+from kumiko_jobs import guarded_writes
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.dispatching import DispatchResult, record_pushes
@@ -55,7 +55,7 @@ def dispatch_boot_jobs(lane: str) -> list[DispatchResult]:
     result = push_watched(watch=keys.boot_marks, select=select, also=mark_dispatched, client=client)
     chosen, outcomes = result if result is not None else ([], [])
     if chosen:
-        records.safe(record_pushes, chosen, outcomes, rows_exist=False)
+        guarded_writes.safe(record_pushes, chosen, outcomes, rows_exist=False)
         logger.info(
             "kumiko_jobs: dispatched boot job(s) %s (release %r)",
             ", ".join(p.row.job_name for p in chosen),

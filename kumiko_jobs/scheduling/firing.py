@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 import redis
 from redis.client import Pipeline
 
-from kumiko_jobs import records
+from kumiko_jobs import guarded_writes, records
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.dispatching import record_pushes
 from kumiko_jobs.keys import Keys
@@ -102,8 +102,8 @@ def fire(
     # A "duplicate" is a tick another attempt pushed whose row we found unstarted: its row is right.
     kept = [(p, o) for p, o in zip(pushed, outcomes, strict=True) if o.status != "duplicate"]
     if kept:
-        records.safe(record_pushes, [p for p, _ in kept], [o for _, o in kept], rows_exist=True)
-    records.safe(records.mark_pushed, [p.row.id for p in pushed], now=datetime.now(UTC))
+        guarded_writes.safe(record_pushes, [p for p, _ in kept], [o for _, o in kept], rows_exist=True)
+    guarded_writes.safe(records.mark_pushed, [p.row.id for p in pushed], now=datetime.now(UTC))
     return True
 
 
