@@ -54,6 +54,13 @@ class JobLoop:
                         w.upkeep()
                     jobs = w.steps.step([finished] if finished else [], [claim] if claim else [])
                     job = jobs[0] if jobs else None
+                    if job is not None:
+                        # Renewed from its claim on: the previous success may still be settling
+                        # below, and waits out a database outage or a row lock for as long as it
+                        # takes, past ABANDON_AFTER; an unrenewed lease would be reaped and its
+                        # run started again by another worker.
+                        self.member = f"{job.job_id}:{execution_id}"
+                        w.leases.hold(self.member)
                 finally:
                     settle = _settled(settle)
             except redis.RedisError as exc:
@@ -66,6 +73,10 @@ class JobLoop:
                 outage.wait(exc)
                 continue
             outage.over()
+            if finished is not None:
+                # Renewed until Redis heard how it ended: its success may have settled before
+                # this step (upkeep), waiting out the database as long as it took.
+                w.leases.release(finished.member)
             finished = None
             if claim is None:
                 return
@@ -75,24 +86,22 @@ class JobLoop:
                     return
                 continue
             w.note_claims()
-            finished = self._run(job, execution_id)
+            finished = self._run(job)
             settle = finished.outcome.settle
 
-    def _run(self, job: ClaimedJob, execution_id: str) -> Finished:
-        w = self.worker
-        self.member = f"{job.job_id}:{execution_id}"
-        w.leases.hold(self.member)
+    def _run(self, job: ClaimedJob) -> Finished:
+        w = self.worker  # its lease is held from its claim until Redis is told how it ended (run)
         w.busy(+1)
         try:
             outcome = run_claimed(job, worker=w.name, consumer_lane=w.lane, observer=w.marker)
         finally:
             w.busy(-1)
-            w.leases.release(self.member)
+            member, self.member = self.member, ""
         w.tally(outcome.counted_as)
         if outcome.retry_at and w.schedule:
             # Wake for this run's own retry or deferral, not at the next promotion round.
             w.wake_at(outcome.retry_at)
-        return Finished(job.job_id, self.member, outcome)
+        return Finished(job.job_id, member, outcome)
 
     def _wait_for_work(self, burst: bool, outage: RedisOutage) -> bool:
         """Block on the lane's wake token (one key, not one per tenant; producers arm it).

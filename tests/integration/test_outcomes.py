@@ -8,11 +8,12 @@ import zlib
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.models import JobRun, RunStatus
-from tests.integration.support import in_started_registry, log_messages
+from tests.integration.support import holds_for, in_started_registry, log_messages, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -142,3 +143,64 @@ def test_wait_for_run_returns_once_redis_has_heard_how_the_run_ended(
 
     assert run.status == RunStatus.SUCCEEDED
     assert not in_started_registry(redis_client, run)
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="a success write left in flight past the next claim needs libpq's pipeline (PostgreSQL)",
+)
+@pytest.mark.parametrize(
+    ("first_job", "first_payload", "ended"),
+    [
+        # The next lane step tells Redis and claims the second run, then the write's answer is awaited.
+        ("tests.record", {"n": 1}, "record"),
+        # Longer than a promotion round: upkeep is due, so the answer is awaited before that
+        # step. Locked once marked running (RUNNING_MARK_DELAY), or that write would wait instead.
+        ("tests.sleeper", {"seconds": 1.5}, "sleeper_end"),
+    ],
+    ids=["after-the-step", "before-upkeep"],
+)
+def test_runs_keep_their_leases_while_a_success_write_waits(
+    start_worker: Any,
+    wait_for_run: Any,
+    redis_client: Any,
+    traces: Any,
+    first_job: str,
+    first_payload: dict[str, Any],
+    ended: str,
+) -> None:
+    """A one-thread worker sends a success's UPDATE and waits for its answer later, for as long
+    as it takes: a row lock here, a database outage in the chaos test. Meanwhile the leases of
+    the run that ended (until Redis is told) and of the run claimed next must be renewed, or
+    another worker's reaper takes them for abandoned and runs them again."""
+    first = dispatch(first_job, first_payload)
+    second = dispatch("tests.record", {"n": 2})
+    started_key = get_keys().started("worker")
+
+    def second_runs() -> int:
+        return sum(t["payload"]["n"] == 2 for t in traces("record"))
+
+    long_run = first_job == "tests.sleeper"
+    with transaction.atomic():
+        # The first run's success UPDATE waits for this lock.
+        lock = JobRun.objects.select_for_update().filter(pk=first.run_id)
+        if not long_run:
+            lock.get()
+        timings = {"KUMIKO_TEST_ABANDON_AFTER": "2", "KUMIKO_TEST_HEARTBEAT_INTERVAL": "0.5"}
+        start_worker("worker", env=timings)
+        if long_run:
+            marked = lock.filter(status=RunStatus.RUNNING)
+            wait_until(marked.exists, 10, "the first run marked running")
+        wait_until(lambda: traces(ended), 10, "the first run to end")
+
+        def leases_ahead() -> bool:
+            leases = redis_client.zrange(started_key, 0, -1, withscores=True)
+            return bool(leases) and all(deadline > time.time() for _member, deadline in leases)
+
+        # Twice ABANDON_AFTER: before, a deadline passed 2 s after its run's claim or end.
+        assert holds_for(leases_ahead, 4), redis_client.zrange(started_key, 0, -1, withscores=True)
+        assert second_runs() == 0  # claimed at most: the worker waits for the first's answer
+    for run_id in (first.run_id, second.run_id):
+        run = wait_for_run(run_id)
+        assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 1)
+    assert second_runs() == 1
