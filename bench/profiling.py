@@ -10,10 +10,11 @@ ROWS = 25
 
 
 def loop_seconds(stats: pstats.Stats) -> float | None:
-    """Cumulative time of JobLoop.run: the job loop without start-up and shutdown."""
+    """Cumulative time of the main thread's job loop, without start-up and shutdown (cProfile
+    sees only the main thread: the claimer's and the writer's work is not in the dump)."""
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, object]] = getattr(stats, "stats", {})
     for (filename, _line, name), (_cc, _nc, _tt, cumulative, _callers) in raw.items():
-        if name == "run" and filename.endswith("job_loop.py"):
+        if name == "_run_in_main_thread" and filename.endswith("worker.py"):
             return cumulative
     return None
 

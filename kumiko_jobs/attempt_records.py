@@ -3,11 +3,9 @@ retry, failed, deferred, requeued), each one guarded UPDATE through ``records.up
 
 Workers write a state *before* telling Redis about it, so a crash in between leaves the run
 registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
-that claims it is still running. A success may be told while its UPDATE is still in flight
-(``start_succeeded``, outcomes.py): PostgreSQL has the statement by then and runs it even if
-the worker dies, and should it fail, the stale-run repair (repair.py) finds the row. A
---threads worker's successes are built here (``prepare_succeeded``) and written by its writer
-thread, several in one round trip (``write_outcomes``, success_writes.py). An outcome write that
+that claims it is still running. A worker's successes are built here (``prepare_succeeded``)
+and written by its writer thread, several in one round trip (``write_outcomes``,
+success_writes.py), before Redis is told. An outcome write that
 carries the attempt's start (``Started``) also records the start, so a short run costs one
 commit, and creates the row if the dispatcher's insert has not landed yet.
 """
@@ -74,16 +72,7 @@ def mark_succeeded(
     *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
 ) -> None:
     """``result``: a Django task's JSON return value (None is the column's default, never written)."""
-    start_succeeded(meta=meta, now=now, logs=logs, started=started, result=result)()
-
-
-def start_succeeded(
-    *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
-) -> Callable[[], None]:
-    """mark_succeeded with its UPDATE sent (through pg_pipeline) and not yet answered: the
-    returned function waits for the answer. Where pg_pipeline cannot take it, the whole write
-    is done before this returns."""
-    return prepare_succeeded(meta=meta, now=now, logs=logs, started=started, result=result).start()
+    prepare_succeeded(meta=meta, now=now, logs=logs, started=started, result=result).start()()
 
 
 def prepare_succeeded(

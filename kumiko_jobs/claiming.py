@@ -1,5 +1,6 @@
-"""The intake of a ``runjobs --threads N`` process: one thread, the claimer, makes every lane
-step of the process's job threads and keeps a few claimed jobs ready for them.
+"""The intake of a ``runjobs`` process: one thread, the claimer, makes every lane step of the
+process's job loops (the main thread with one thread, ``--threads N`` job threads) and keeps a
+few claimed jobs ready for them.
 
 Why: a job thread that made its own lane step after each job waited for that round trip, and
 for its success's record write, before it could start the next job; with 8 threads that was
@@ -105,8 +106,10 @@ class Claimer(threading.Thread):
         self._pace = Pace(4 * threads)
 
     # Job threads ------------------------------------------------------------------------
-    def take(self) -> ReadyJob | None:
-        """The calling thread's next job, waiting while none is ready; None: stop."""
+    def take(self, timeout: float | None = None) -> ReadyJob | None:
+        """The calling thread's next job, waiting while none is ready; None: stop, or none
+        ready within ``timeout`` seconds (``ended()`` tells which)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._waiting += 1
             try:
@@ -114,13 +117,21 @@ class Claimer(threading.Thread):
                     if self._done or self.worker.stopping():
                         return None
                     self._wanted.notify()
-                    self._job_ready.wait()
+                    if deadline is None:
+                        self._job_ready.wait()
+                    elif (left := deadline - time.monotonic()) <= 0 or not self._job_ready.wait(left):
+                        return None
             finally:
                 self._waiting -= 1
             self._out += 1
             if len(self._ready) == 1:
                 self._wanted.notify()  # the last one ready: claim more
             return self._ready.popleft()
+
+    def ended(self) -> bool:
+        """Whether take() will hand out no more jobs."""
+        with self._lock:
+            return self._done or self.worker.stopping()
 
     def finish(self, finished: Sequence[Finished]) -> None:
         """How taken jobs ended (their records written): Redis is told with the next step."""

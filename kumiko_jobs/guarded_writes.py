@@ -94,29 +94,3 @@ def _log_failure(write: Callable[..., object], failure: Exception) -> None:
 
 def _name(write: Callable[..., object]) -> str:
     return getattr(write, "__name__", repr(write))
-
-
-def durable_later[**P](
-    start: Callable[P, Callable[[], object]], write: Callable[P, object], *args: P.args, **kwargs: P.kwargs
-) -> Callable[[], bool]:
-    """``durable(write, ...)`` in two halves: ``start`` sends the write now, and the function it
-    returns waits for the answer; the function returned here calls that and says whether the
-    write landed. Where sending or waiting fails, ``durable`` does the whole write again (every
-    write here is idempotent), so a failure is handled as ``durable`` handles it; a send that
-    fails (the database went away) does so before this returns, so before Redis hears of it."""
-    try:
-        wait = start(*args, **kwargs)
-    except Exception:
-        logger.warning("kumiko_jobs: sending run record write %s failed; writing it again", start.__name__)
-        landed = durable(write, *args, **kwargs)
-        return lambda: landed
-
-    def settle() -> bool:
-        try:
-            wait()
-        except Exception:
-            logger.warning("kumiko_jobs: run record write %s failed; writing it again", start.__name__)
-            return durable(write, *args, **kwargs)
-        return True
-
-    return settle

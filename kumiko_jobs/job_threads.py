@@ -1,5 +1,6 @@
-"""The job threads of ``runjobs --threads N``: each takes its next job from the claimer
-(claiming.py), runs it, and hands its outcome back: a success to the writer thread, which
+"""The job loops of ``runjobs``: the ``--threads N`` job threads, or the main thread with one
+(worker.py, ``JobThread.run_one``). Each takes its next job from the claimer (claiming.py),
+runs it, and hands its outcome back: a success to the writer thread, which
 writes it together with other threads' ones (success_writes.py), anything else (written already,
 in the strict order of outcomes.py) to the claimer. A thread makes no round trip of its own
 between jobs when a job is ready.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from kumiko_jobs.claiming import Claimer
+from kumiko_jobs.claiming import Claimer, ReadyJob
 from kumiko_jobs.execution import run_claimed
 from kumiko_jobs.lane import Finished
 from kumiko_jobs.success_writes import SuccessWriter
@@ -27,33 +28,42 @@ class JobThread:
 
     def run(self) -> None:
         self.thread_ident = threading.get_ident()
-        w = self.worker
         while (ready := self.claimer.take()) is not None:
-            self.member = ready.member
-            w.busy(+1)
-            try:
-                outcome = run_claimed(ready.job, worker=w.name, consumer_lane=w.lane, observer=w.marker)
-            finally:
-                w.busy(-1)
-                self.member = ""
-            w.tally(outcome.counted_as)
-            if outcome.retry_at and w.schedule:
-                # Wake for this run's own retry or deferral, not at the next promotion round.
-                w.wake_at(outcome.retry_at)
-            finished = Finished(ready.job.job_id, ready.member, outcome)
-            if outcome.update is not None:
-                self.writer.put(finished)
-            else:
-                self.claimer.finish([finished])
+            self.run_one(ready)
+
+    def run_one(self, ready: ReadyJob) -> None:
+        """Run a job taken from the claimer and hand back how it ended."""
+        w = self.worker
+        self.member = ready.member
+        w.busy(+1)
+        try:
+            outcome = run_claimed(ready.job, worker=w.name, consumer_lane=w.lane, observer=w.marker)
+        finally:
+            w.busy(-1)
+            self.member = ""
+        w.tally(outcome.counted_as)
+        if outcome.retry_at and w.schedule:
+            # Wake for this run's own retry or deferral, not at the next promotion round.
+            w.wake_at(outcome.retry_at)
+        finished = Finished(ready.job.job_id, ready.member, outcome)
+        if outcome.update is not None:
+            self.writer.put(finished)
+        else:
+            self.claimer.finish([finished])
 
 
-def start_job_threads(
-    worker: LaneWorker, count: int, burst: bool
-) -> tuple[Claimer, SuccessWriter, list[tuple[threading.Thread, JobThread]]]:
-    claimer = Claimer(worker, count, burst=burst)
+def start_intake(worker: LaneWorker, threads: int, burst: bool) -> tuple[Claimer, SuccessWriter]:
+    """The claimer and the writer that serve ``threads`` job loops, started."""
+    claimer = Claimer(worker, threads, burst=burst)
     writer = SuccessWriter(claimer)
     claimer.start()
     writer.start()
+    return claimer, writer
+
+
+def start_job_threads(
+    worker: LaneWorker, claimer: Claimer, writer: SuccessWriter, count: int
+) -> list[tuple[threading.Thread, JobThread]]:
     threads = []
     for number in range(count):
         job_thread = JobThread(worker, claimer, writer)
@@ -62,7 +72,7 @@ def start_job_threads(
         thread = threading.Thread(target=_thread_main, args=(job_thread,), name=name, daemon=True)
         thread.start()
         threads.append((thread, job_thread))
-    return claimer, writer, threads
+    return threads
 
 
 def _thread_main(job_thread: JobThread) -> None:

@@ -112,7 +112,7 @@ def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
 
 class Heartbeat(threading.Thread):
     """Keeps the worker key and the leases of its claimed jobs alive, from their claim until
-    Redis is told how they ended (job_loop.py, claiming.py)."""
+    Redis is told how they ended (claiming.py)."""
 
     def __init__(
         self,

@@ -4,18 +4,11 @@ Every policy function writes the run record first and then returns the ``Outcome
 applies in Redis (lane.finish_and_claim), so what Redis is told never gets ahead of the record
 (attempt_records.py explains why that order makes crashes repairable).
 
-Two exceptions, for the worker's hot path, both for successes only (a success is final, so
-nothing else writes its row meanwhile; retries, deferrals and failures keep the strict order,
-since their run goes back into a queue):
-
-- ``settle="after_step"`` (a one-thread worker): a success whose write goes through pg_pipeline
-  is left *settling*. Its UPDATE is sent, so PostgreSQL has the statement before Redis hears of
-  the outcome, and the worker waits for the answer, and then says the success (log line,
-  metrics, signals), right after its lane step: the two round trips overlap.
-- ``settle="by_writer"`` (a --threads worker's job threads): the success's UPDATE is built, not
-  sent (``Outcome.update``); the worker's writer thread writes it with other threads' ones, then
-  tells Redis, then calls ``Outcome.settle`` to say it (success_writes.py). The job thread takes
-  its next job at once.
+One exception, for the worker's hot path: with ``settle="by_writer"`` (a worker's job loops) a
+success's UPDATE is built, not sent (``Outcome.update``); the worker's writer thread writes it
+with other successes, then tells Redis, then calls ``Outcome.settle`` to say it (log line,
+metrics, signals; success_writes.py). The job loop takes its next job at once. The order holds:
+the record is written before Redis is told.
 """
 
 from __future__ import annotations
@@ -49,7 +42,7 @@ logger = logging.getLogger("kumiko_jobs")
 OutcomeKind = Literal["ok", "failed", "retry", "requeue", "return", ""]
 LogLine = dict[str, Any]
 # When a success is written and said (see the module docstring).
-Settle = Literal["now", "after_step", "by_writer"]
+Settle = Literal["now", "by_writer"]
 
 
 @dataclass(frozen=True)
@@ -114,19 +107,11 @@ def succeeded(
             meta=meta, now=now, logs=logs, started=start, result=result
         )
     else:
-        written = guarded_writes.durable_later(
-            attempt_records.start_succeeded,
-            attempt_records.mark_succeeded,
-            meta=meta,
-            now=now,
-            logs=logs,
-            started=start,
-            result=result,
+        guarded_writes.durable(
+            attempt_records.mark_succeeded, meta=meta, now=now, logs=logs, started=start, result=result
         )
 
     def say() -> None:
-        if update is None:
-            written()
         if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
             # A success clears the tenant's failure record of the same subject.
             guarded_writes.safe(

@@ -40,12 +40,12 @@ def mark_running(meta: JobMeta, start: attempt_records.Started) -> None:
 
 
 class RunningMarker(threading.Thread):
-    def __init__(self, delay: float, settle: Settle) -> None:
+    # A worker's successes are written and said by its writer thread (success_writes.py).
+    settle: Settle = "by_writer"
+
+    def __init__(self, delay: float) -> None:
         super().__init__(name="kumiko-running-marker", daemon=True)
         self.delay = delay
-        # How the worker's job loops settle a success: after the lane step (one thread,
-        # job_loop.py) or on the writer thread (--threads, success_writes.py).
-        self.settle = settle
         self._cond = threading.Condition()
         self._pending: dict[int, Pending] = {}  # job thread -> its run, until marked or finishing
         self._due: list[tuple[float, int, int]] = []  # (due, sequence, job thread), a heap

@@ -1,12 +1,13 @@
-"""The success writes of a ``runjobs --threads N`` process, on a thread and a database connection
-of their own: a job thread hands its success over and takes its next job at once.
+"""The success writes of a ``runjobs`` process, on a thread and a database connection of their
+own: a job loop (the main thread, or a ``--threads`` job thread) hands its success over and
+takes its next job at once.
 
 The writer takes every success handed over since its last write, writes them in one round trip
 and one transaction (attempt_records.write_outcomes: pg_pipeline, asynchronous commit; one by
 one where that is not available), then hands their finishes to the claimer, which tells Redis
 with its next step (claiming.py), then says each success (log line, metrics, job_succeeded) in
-its attempt's OpenTelemetry context. So a record is written before Redis hears of its outcome
-(strictly: a one-thread worker overlaps the two), and a success is said once it is written.
+its attempt's OpenTelemetry context. So a record is written before Redis hears of its outcome,
+and a success is said once it is written.
 
 Receivers of job_succeeded run on this thread: a slow one delays the next successes' writes and
 the freeing of their cap slots (not the job threads), so keep receivers short or have them

@@ -1,16 +1,17 @@
 """The lane worker: RQ's SimpleWorker (registration, signals, dashboards) with a lean hot path.
 
-Per job it makes one Redis round trip (finish the previous job and claim the next in one
-script, lane.step) and one or two UPDATEs of the run record. Jobs run in-process; the README
-explains why (measured: forking per job costs ~2x and a DB connection per job).
+Jobs run in-process; the README explains why (measured: forking per job costs ~2x and a DB
+connection per job). A claimer thread makes the process's lane steps (finish the jobs that
+ended and claim the next ones, several in one script call, lane.step) and keeps a few claimed
+jobs ready (claiming.py); a writer thread writes successes, several in one round trip, before
+Redis hears of them (success_writes.py). Claims are taken one at a time from the ring, so
+fairness and caps work exactly as across processes.
 
-``--threads N`` runs N job threads (job_threads.py) in one process, each with its own database
-connection; a claimer thread makes their lane steps, several in one script call, and keeps a few
-claimed jobs ready (claiming.py), and a writer thread writes their successes together
-(success_writes.py). Claims are taken one at a time from the ring, so fairness and caps work
-exactly as across processes. The main thread then does the lane's upkeep (promotion, reaper,
-repair, outbox, rebuild) and handles signals; with one thread the main thread runs the jobs
-(job_loop.py) and the upkeep. Leases, "running" marks and timeouts are per running job.
+With one thread (the default) the main thread runs the jobs (a timeout is SIGALRM, which
+interrupts a blocking call) and, between them, the lane's upkeep (promotion, reaper, repair,
+outbox, rebuild). ``--threads N`` runs N job threads (job_threads.py), each with its own
+database connection, and the main thread does the upkeep and handles signals. Leases,
+"running" marks and timeouts are per running job.
 """
 
 from __future__ import annotations
@@ -29,26 +30,26 @@ from typing import Any
 import redis
 from django.db import DatabaseError
 from rq import Queue
-from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
 from rq.worker import SimpleWorker, WorkerStatus
 
 from kumiko_jobs import faults
+from kumiko_jobs.async_handlers import close_thread_loop
+from kumiko_jobs.claiming import Claimer
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
 from kumiko_jobs.guarded_writes import database_answers
-from kumiko_jobs.job_loop import JobLoop, nothing_due
-from kumiko_jobs.job_threads import JobThread, start_job_threads
-from kumiko_jobs.lane import Stepper, count_claims, promote_due
+from kumiko_jobs.job_threads import JobThread, start_intake, start_job_threads
+from kumiko_jobs.lane import count_claims, promote_due
 from kumiko_jobs.leases import Heartbeat, reap
 from kumiko_jobs.observability import flush_telemetry
-from kumiko_jobs.outcomes import Settle
 from kumiko_jobs.rebuild import push_waiting, rebuild_step
 from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
 from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
+from kumiko_jobs.success_writes import SuccessWriter
 from kumiko_jobs.timeouts import watchdog
 
 logger = logging.getLogger("kumiko_jobs.worker")
@@ -92,19 +93,15 @@ class LaneWorker(SimpleWorker):
         self._busy = 0
         self._claimed = 0  # claims not yet taken off the lane's queued count
         self._next_claims_flush = 0.0
-        self.waiting = False  # the single-threaded loop is blocked waiting for work
         self._next_reap = 0.0
         self._next_repair = time.time() + REPAIR_INTERVAL
         self._next_outbox = 0.0
         self._next_rebuild = 0.0
         self._database_down_since: float | None = None  # upkeep found the database unreachable
         self.leases = Heartbeat(self.client, self.keys, self.lane, self.key, on_lost=self._register_again)
-        settle: Settle = "after_step" if threads == 1 else "by_writer"
-        self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]), settle)
-        self._loops: list[JobLoop | JobThread] = []
+        self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
+        self._loops: list[JobThread] = []
         self._stuck: set[int] = set()  # job threads whose handler ignored its timeout
-        # The one-thread job loop's lane steps (--threads: the claimer's own).
-        self.steps = Stepper(self.client, self.keys, self.lane)
         self._batching = ""  # --threads: what the claimer's calls and the writer's writes carried
 
     def work(  # type: ignore[override]
@@ -120,14 +117,7 @@ class LaneWorker(SimpleWorker):
         self.marker.start()
         try:
             self.set_state(WorkerStatus.BUSY)
-            if self.threads == 1:
-                loop = JobLoop(self)
-                self._loops = [loop]
-                loop.run(burst)
-            else:
-                self._run_threads(burst)
-        except StopRequested:
-            pass
+            self._run_jobs(burst)
         finally:
             # SIGTERM and --max-jobs end here: export the spans and metrics an SDK still holds
             # (first, so a lost Redis below cannot skip it).
@@ -138,7 +128,6 @@ class LaneWorker(SimpleWorker):
                 pass  # the lane's next idle moment resets the count
             self.leases.stop()
             self.marker.stop()
-            self.steps.close()
             try:
                 self.client.srem(self.keys.claimers(self.lane), self.name)
                 self.teardown()  # type: ignore[no-untyped-call]
@@ -158,22 +147,12 @@ class LaneWorker(SimpleWorker):
             sys.exit(EXIT_RECYCLE)
         return done > 0
 
-    def _run_threads(self, burst: bool) -> None:
-        watchdog().on_stuck = self._on_stuck
-        claimer, writer, threads = start_job_threads(self, self.threads, burst)
-        self._loops = [job_thread for _thread, job_thread in threads]
-        recycle_deadline: float | None = None
-        # A stuck thread is a daemon: it ends with the process, nobody waits for it.
-        while any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
-            if self.recycle_reason and recycle_deadline is None:
-                recycle_deadline = time.monotonic() + RECYCLE_WAIT
-            if recycle_deadline is not None and time.monotonic() > recycle_deadline:
-                break
-            try:
-                self.upkeep()
-            except redis.RedisError:
-                pass  # the claimer waits out the outage and reports it
-            time.sleep(UPKEEP_TICK)
+    def _run_jobs(self, burst: bool) -> None:
+        claimer, writer = start_intake(self, self.threads, burst)
+        if self.threads == 1:
+            self._run_in_main_thread(claimer, writer)
+        else:
+            self._run_job_threads(claimer, writer)
         # The successes handed over are written and told, the ready jobs given back.
         writer.close()
         writer.join(RECYCLE_WAIT)
@@ -185,6 +164,45 @@ class LaneWorker(SimpleWorker):
             f"({steps.carried / max(steps.calls, 1):.2f} a call); "
             f"{writer.written} successes written in {writer.writes} batches"
         )
+
+    def _run_in_main_thread(self, claimer: Claimer, writer: SuccessWriter) -> None:
+        """One job thread: the main thread, so a job's timeout is SIGALRM, which interrupts a
+        blocking call (timeouts.py), and a job runs where RQ's SimpleWorker runs it. The upkeep
+        runs between jobs, on the same database connection (the writer has the only other)."""
+        loop = JobThread(self, claimer, writer)
+        loop.thread_ident = threading.get_ident()
+        self._loops = [loop]
+        try:
+            while True:
+                self._upkeep_now()
+                ready = claimer.take(timeout=UPKEEP_TICK)
+                if ready is not None:
+                    loop.run_one(ready)
+                elif claimer.ended():
+                    return
+        finally:
+            close_thread_loop()  # its async handlers' event loop and database thread
+
+    def _run_job_threads(self, claimer: Claimer, writer: SuccessWriter) -> None:
+        """N job threads; the main thread does the upkeep and handles signals."""
+        watchdog().on_stuck = self._on_stuck
+        threads = start_job_threads(self, claimer, writer, self.threads)
+        self._loops = [job_thread for _thread, job_thread in threads]
+        recycle_deadline: float | None = None
+        # A stuck thread is a daemon: it ends with the process, nobody waits for it.
+        while any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
+            if self.recycle_reason and recycle_deadline is None:
+                recycle_deadline = time.monotonic() + RECYCLE_WAIT
+            if recycle_deadline is not None and time.monotonic() > recycle_deadline:
+                break
+            self._upkeep_now()
+            time.sleep(UPKEEP_TICK)
+
+    def _upkeep_now(self) -> None:
+        try:
+            self.upkeep()
+        except redis.RedisError:
+            pass  # the claimer waits out the outage and reports it
 
     def _register_again(self) -> None:
         """The heartbeat thread found this worker's key gone while it runs (Redis restarted
@@ -245,7 +263,14 @@ class LaneWorker(SimpleWorker):
             self.next_promote = min(self.next_promote, when)
 
     def nothing_due(self) -> bool:
-        return nothing_due(self)
+        """Nothing queued or due in the lane (--burst ends), after promoting what is due."""
+        if not self.schedule:
+            return True
+        next_due = promote_due(self.client, self.keys, self.lane)
+        if next_due is not None and next_due <= time.time():
+            return False
+        # promote_due may have moved work into the lane; the next claim tells.
+        return not self.client.exists(self.keys.ring(self.lane))
 
     def thread_failed(self, what: str) -> None:
         """Called in the except block of one of this worker's threads that ended with an
@@ -284,8 +309,6 @@ class LaneWorker(SimpleWorker):
         self._stop_requested = True
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
-        if self.threads == 1 and self.waiting:
-            raise StopRequested  # idle: leave the wait for work at once
 
     # Upkeep -------------------------------------------------------------------------------
     def upkeep_due(self) -> bool:

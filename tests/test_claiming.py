@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,11 +26,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def worker() -> Iterator[LaneWorker]:
+def worker() -> LaneWorker:
     """A worker of the lane that is not working: its claimer is driven by the test."""
-    lane_worker = LaneWorker("worker", threads=4)
-    yield lane_worker
-    lane_worker.steps.close()
+    return LaneWorker("worker", threads=4)
 
 
 def test_threads_run_every_run_once_and_the_claimer_batches_their_steps(

@@ -258,14 +258,16 @@ def test_correlation_id_of_the_scope_reaches_the_run(traces: Any) -> None:
 def test_a_success_said_after_the_lane_step_is_said_in_its_attempts_trace(
     spans: InMemorySpanExporter,
 ) -> None:
-    # A worker says a success after its process span ended (outcomes.py, settle="after_step"): its
-    # receivers still run in that span's context, so what they dispatch joins the trace.
+    # A worker's writer says a success after its process span ended (outcomes.py,
+    # settle="by_writer"): its receivers still run in that span's context, so what they dispatch
+    # joins the trace.
     from kumiko_jobs import signals
+    from kumiko_jobs.attempt_records import write_outcomes
     from kumiko_jobs.execution import RecordStartAtOnce, run_claimed
     from kumiko_jobs.lane import Claim, Finished, finish_and_claim
 
     class SettlingLater(RecordStartAtOnce):
-        settle = "after_step"
+        settle = "by_writer"
 
     def follow_up(sender: str, run: signals.RunInfo, **extra: Any) -> None:
         dispatch("tests.api_record", {"n": "follow-up"})
@@ -277,7 +279,8 @@ def test_a_success_said_after_the_lane_step_is_said_in_its_attempts_trace(
     signals.job_succeeded.connect(follow_up, sender="tests.record", weak=False)
     try:
         outcome = run_claimed(job, worker="tests", consumer_lane="worker", observer=SettlingLater())
-        assert outcome.settle is not None
+        assert outcome.settle is not None and outcome.update is not None
+        write_outcomes([outcome.update])  # as the writer thread does
         finish_and_claim(client, keys, "worker", Finished(job.job_id, f"{job.job_id}:x", outcome))
         assert not any(job_of(s) == "tests.api_record" for s in finished(spans, SpanKind.PRODUCER))
         outcome.settle()

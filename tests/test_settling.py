@@ -1,28 +1,23 @@
-"""A success left settling (outcomes.py): its UPDATE is in PostgreSQL before the worker tells
-Redis, it is said (signals) only once settled, and a write that fails under it is written again.
-Real PostgreSQL for the pipelined parts; the fallback runs on any database."""
+"""When a success is written and said (outcomes.py, ``settle``): at once (drain, boot gates), or
+by the worker's writer thread, which writes it before Redis hears of it and says it after."""
 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
-from django.test import override_settings
+from django.db import connections
 
 from kumiko_jobs import outcomes, records, run_rows, signals
+from kumiko_jobs.attempt_records import write_outcomes
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
-postgresql_only = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="a write left in flight needs libpq's pipeline (PostgreSQL)"
-)
 
 
 def _queued_run() -> JobMeta:
@@ -64,66 +59,6 @@ def _status_elsewhere(run_id: str) -> str | None:
     return found[0]
 
 
-@postgresql_only
-def test_a_settling_success_is_written_before_it_settles_and_said_only_once_settled(said: list[str]) -> None:
-    meta = _queued_run()
-    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
-    assert outcome.kind == "ok" and outcome.settle is not None
-    # Sent, not waited for: the answer is still unread on this connection (libpq's pipeline).
-    assert connection.connection.pgconn.pipeline_status
-    # PostgreSQL runs it meanwhile, as the worker's lane step does its round trip.
-    deadline = time.monotonic() + 5
-    while _status_elsewhere(meta.run_id) != RunStatus.SUCCEEDED:
-        assert time.monotonic() < deadline, "the success's UPDATE never reached PostgreSQL"
-        time.sleep(0.01)
-    assert said == []
-    outcome.settle()
-    assert said == [meta.run_id]
-    assert not connection.connection.pgconn.pipeline_status
-    assert JobRun.objects.get(pk=meta.run_id).status == RunStatus.SUCCEEDED  # the connection works on
-
-
-@postgresql_only
-def test_a_settling_write_that_dies_under_its_connection_is_written_again_on_a_fresh_one(
-    said: list[str], caplog: pytest.LogCaptureFixture
-) -> None:
-    meta = _queued_run()
-    pid = connection.connection.info.backend_pid
-    locked, sent, done = threading.Event(), threading.Event(), threading.Event()
-
-    def hold_the_row_then_kill_the_writer() -> None:
-        # Another session locks the row, so the UPDATE waits in PostgreSQL; then the writer's
-        # backend is terminated under it, and the lock let go.
-        try:
-            with transaction.atomic():
-                JobRun.objects.select_for_update().get(pk=meta.run_id)
-                locked.set()
-                sent.wait(5)
-                with connection.cursor() as cursor:
-                    for _ in range(500):
-                        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
-                        if cursor.fetchone() == ("Lock",):
-                            break
-                        time.sleep(0.01)
-                    cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-        finally:
-            connections.close_all()
-            done.set()
-
-    thread = threading.Thread(target=hold_the_row_then_kill_the_writer)
-    thread.start()
-    assert locked.wait(5)
-    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
-    sent.set()
-    assert done.wait(10)
-    thread.join()
-    assert outcome.settle is not None
-    outcome.settle()
-    assert "run record write start_succeeded failed; writing it again" in caplog.text
-    assert said == [meta.run_id]
-    assert JobRun.objects.get(pk=meta.run_id).status == RunStatus.SUCCEEDED
-
-
 def test_settled_now_a_success_is_written_and_said_before_it_returns(said: list[str]) -> None:
     meta = _queued_run()
     outcome = outcomes.succeeded(None, "job", meta, [], None)
@@ -132,29 +67,12 @@ def test_settled_now_a_success_is_written_and_said_before_it_returns(said: list[
     assert JobRun.objects.get(pk=meta.run_id).status == RunStatus.SUCCEEDED
 
 
-def test_where_the_pipeline_cannot_take_it_the_write_is_done_at_once_and_only_the_saying_waits(
-    said: list[str],
-) -> None:
+def test_a_success_for_the_writer_is_written_by_it_and_said_only_once_settled(said: list[str]) -> None:
     meta = _queued_run()
-    with override_settings(KUMIKO_JOBS={"PIPELINED_WRITES": False}):
-        outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
-        assert _status_elsewhere(meta.run_id) == RunStatus.SUCCEEDED
-        assert said == []
-        assert outcome.settle is not None
-        outcome.settle()
-    assert said == [meta.run_id]
-
-
-@postgresql_only
-def test_a_settling_write_that_cannot_be_sent_is_written_at_once_on_a_fresh_connection(
-    said: list[str], caplog: pytest.LogCaptureFixture
-) -> None:
-    meta = _queued_run()
-    connection.connection.close()  # as a job that closed the socket under Django's feet
-    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="after_step")
-    assert "sending run record write start_succeeded failed; writing it again" in caplog.text
-    assert _status_elsewhere(meta.run_id) == RunStatus.SUCCEEDED  # before it settles
-    assert said == []
-    assert outcome.settle is not None
+    outcome = outcomes.succeeded(None, "job", meta, [], None, settle="by_writer")
+    assert outcome.update is not None and outcome.settle is not None
+    assert (_status_elsewhere(meta.run_id), said) == (RunStatus.QUEUED, [])
+    write_outcomes([outcome.update])
+    assert (_status_elsewhere(meta.run_id), said) == (RunStatus.SUCCEEDED, [])
     outcome.settle()
     assert said == [meta.run_id]

@@ -226,9 +226,9 @@ def test_a_new_project_runs_jobs_and_shows_them(
     assert manage("shell", "--no-imports", "-c", more_in_production, **production).strip() == "2"
     worked = manage("runjobs", "--lane", "worker", "--burst", stderr=True, **production)
     # Django's default logging, CONN_MAX_AGE 0: the worker's lines reach stderr, and it keeps
-    # one connection for its 101 jobs (it once opened one per job).
+    # one connection for its 101 jobs and its writer thread one (it once opened one per job).
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
-    assert opened and (int(opened[1]), int(opened[2])) == (101, 1), worked
+    assert opened and int(opened[1]) == 101 and int(opened[2]) <= 2, worked
     # --threads 4 in the same project: the claimer makes the threads' lane steps, several in a
     # script call (claiming.py), the writer writes their successes, several in a round trip
     # (success_writes.py), and each thread keeps one connection (+ the marker's, the writer's and
@@ -255,15 +255,15 @@ def test_a_new_project_runs_jobs_and_shows_them(
     batched = re.search(batching, worked)
     assert batched and int(batched[3]) == 20, worked
     # --processes 2 from the project's own manage.py: the supervisor starts two children with
-    # the same command line, each one thread with its own connection, and exits 0 once both
-    # have emptied the lane.
+    # the same command line, each one thread with its connection and its writer's, and exits 0
+    # once both have emptied the lane.
     forty = sixty.replace("200, 260", "280, 320")
     manage("shell", "--no-imports", "-c", forty, **production)
     worked = manage("runjobs", "--lane", "worker", "--burst", "--processes", "2", stderr=True, **production)
     child_shutdown = r"worker \S+-p[12] .*stopped after (\d+) jobs .*; database connections opened: (\d+)"
     children = re.findall(child_shutdown, worked)
     assert len(children) == 2 and sum(int(jobs) for jobs, _ in children) == 40, worked
-    assert all(int(opened) <= 1 for _, opened in children), worked
+    assert all(int(opened) <= 2 for _, opened in children), worked
     succeeded = manage(
         "shell",
         "--no-imports",

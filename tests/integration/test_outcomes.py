@@ -146,60 +146,38 @@ def test_wait_for_run_returns_once_redis_has_heard_how_the_run_ended(
 
 
 @pytest.mark.skipif(
-    connection.vendor != "postgresql",
-    reason="a success write left in flight past the next claim needs libpq's pipeline (PostgreSQL)",
-)
-@pytest.mark.parametrize(
-    ("first_job", "first_payload", "ended"),
-    [
-        # The next lane step tells Redis and claims the second run, then the write's answer is awaited.
-        ("tests.record", {"n": 1}, "record"),
-        # Longer than a promotion round: upkeep is due, so the answer is awaited before that
-        # step. Locked once marked running (RUNNING_MARK_DELAY), or that write would wait instead.
-        ("tests.sleeper", {"seconds": 1.5}, "sleeper_end"),
-    ],
-    ids=["after-the-step", "before-upkeep"],
+    connection.vendor != "postgresql", reason="a row lock held across the worker's write (PostgreSQL)"
 )
 def test_runs_keep_their_leases_while_a_success_write_waits(
-    start_worker: Any,
-    wait_for_run: Any,
-    redis_client: Any,
-    traces: Any,
-    first_job: str,
-    first_payload: dict[str, Any],
-    ended: str,
+    start_worker: Any, wait_for_run: Any, redis_client: Any, traces: Any
 ) -> None:
-    """A one-thread worker sends a success's UPDATE and waits for its answer later, for as long
-    as it takes: a row lock here, a database outage in the chaos test. Meanwhile the leases of
-    the run that ended (until Redis is told) and of the run claimed next must be renewed, or
-    another worker's reaper takes them for abandoned and runs them again."""
-    first = dispatch(first_job, first_payload)
+    """A worker's writer writes a success before Redis hears of it, for as long as the write
+    takes: a row lock here, a database outage in the chaos test. Meanwhile the leases of that run
+    and of any run claimed for the worker must be renewed, or another worker's reaper takes them
+    for abandoned and runs them again."""
+    first = dispatch("tests.record", {"n": 1})
     second = dispatch("tests.record", {"n": 2})
     started_key = get_keys().started("worker")
 
     def second_runs() -> int:
         return sum(t["payload"]["n"] == 2 for t in traces("record"))
 
-    long_run = first_job == "tests.sleeper"
     with transaction.atomic():
         # The first run's success UPDATE waits for this lock.
-        lock = JobRun.objects.select_for_update().filter(pk=first.run_id)
-        if not long_run:
-            lock.get()
+        JobRun.objects.select_for_update().get(pk=first.run_id)
         timings = {"KUMIKO_TEST_ABANDON_AFTER": "2", "KUMIKO_TEST_HEARTBEAT_INTERVAL": "0.5"}
         start_worker("worker", env=timings)
-        if long_run:
-            marked = lock.filter(status=RunStatus.RUNNING)
-            wait_until(marked.exists, 10, "the first run marked running")
-        wait_until(lambda: traces(ended), 10, "the first run to end")
+        wait_until(lambda: traces("record"), 10, "the first run to run")
 
         def leases_ahead() -> bool:
             leases = redis_client.zrange(started_key, 0, -1, withscores=True)
             return bool(leases) and all(deadline > time.time() for _member, deadline in leases)
 
-        # Twice ABANDON_AFTER: before, a deadline passed 2 s after its run's claim or end.
+        # Twice ABANDON_AFTER. Before (session 15), a one-thread worker's lease of the run it
+        # claimed, or had just run, passed its deadline 2 s later.
         assert holds_for(leases_ahead, 4), redis_client.zrange(started_key, 0, -1, withscores=True)
-        assert second_runs() == 0  # claimed at most: the worker waits for the first's answer
+        # The held success keeps its job out: nothing more is claimed for the one thread.
+        assert second_runs() == 0
     for run_id in (first.run_id, second.run_id):
         run = wait_for_run(run_id)
         assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 1)

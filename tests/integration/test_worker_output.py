@@ -37,7 +37,8 @@ def test_banner_and_one_line_per_finished_run_without_payloads(
         output,
     )
     assert "s3cr3t-payload" not in output
-    # With Django's default CONN_MAX_AGE (0) the worker still keeps one connection for every job.
+    # With Django's default CONN_MAX_AGE (0) the worker still keeps its connection (and its
+    # writer thread's) for every job.
     [opened] = re.findall(r"database connections opened: (\d+)", output)
     assert int(opened) <= 2
 
