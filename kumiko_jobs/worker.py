@@ -149,15 +149,18 @@ class LaneWorker(SimpleWorker):
 
     def _run_jobs(self, burst: bool) -> None:
         claimer, writer = start_intake(self, self.threads, burst)
-        if self.threads == 1:
-            self._run_in_main_thread(claimer, writer)
-        else:
-            self._run_job_threads(claimer, writer)
-        # The successes handed over are written and told, the ready jobs given back.
-        writer.close()
-        writer.join(RECYCLE_WAIT)
-        claimer.close()
-        claimer.join(RECYCLE_WAIT)
+        try:
+            if self.threads == 1:
+                self._run_in_main_thread(claimer, writer)
+            else:
+                self._run_job_threads(claimer, writer)
+        finally:
+            # The successes handed over are written and told, the ready jobs given back: at a
+            # cold stop too (a second signal cuts off the running jobs, not those that ended).
+            writer.close()
+            writer.join(RECYCLE_WAIT)
+            claimer.close()
+            claimer.join(RECYCLE_WAIT)
         steps = claimer.steps
         self._batching = (
             f"{steps.carried} lane steps in {steps.calls} script calls "
