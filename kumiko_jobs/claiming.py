@@ -278,7 +278,7 @@ class Claimer(threading.Thread):
         if self.burst:
             with self._lock:
                 settled = self._out == 0 and not self._finished and not self._ready
-            if settled and w.nothing_due():
+            if settled and w.upkeep.nothing_due():
                 return False
             with self._lock:
                 # Jobs still out may be retried or free a cap slot: wait for their finishes.
@@ -290,7 +290,8 @@ class Claimer(threading.Thread):
                 return True
             self._idle = True
         try:
-            timeout = max(0.05, min(MAX_BLOCK, w.next_promote - time.time())) if w.schedule else MAX_BLOCK
+            promote_in = w.upkeep.next_promote - time.time()
+            timeout = max(0.05, min(MAX_BLOCK, promote_in)) if w.schedule else MAX_BLOCK
             w.client.blpop([w.keys.wake(w.lane)], timeout)
         except redis.RedisError:
             pass  # the next step meets the outage

@@ -44,7 +44,7 @@ class JobThread:
         w.tally(outcome.counted_as)
         if outcome.retry_at and w.schedule:
             # Wake for this run's own retry or deferral, not at the next promotion round.
-            w.wake_at(outcome.retry_at)
+            w.upkeep.wake_at(outcome.retry_at)
         finished = Finished(ready.job.job_id, ready.member, outcome)
         if outcome.update is not None:
             self.writer.put(finished)

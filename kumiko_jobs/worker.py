@@ -8,9 +8,9 @@ Redis hears of them (success_writes.py). Claims are taken one at a time from the
 fairness and caps work exactly as across processes.
 
 With one thread (the default) the main thread runs the jobs (a timeout is SIGALRM, which
-interrupts a blocking call) and, between them, the lane's upkeep (promotion, reaper, repair,
-outbox, rebuild). ``--threads N`` runs N job threads (job_threads.py), each with its own
-database connection, and the main thread does the upkeep and handles signals. Leases,
+interrupts a blocking call) and, between them, the lane's upkeep (lane_upkeep.py: promotion,
+reaper, repair, outbox, rebuild). ``--threads N`` runs N job threads (job_threads.py), each with
+its own database connection, and the main thread does the upkeep and handles signals. Leases,
 "running" marks and timeouts are per running job.
 """
 
@@ -23,12 +23,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import redis
-from django.db import DatabaseError
 from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now as rq_now
@@ -40,24 +38,16 @@ from kumiko_jobs.claiming import Claimer
 from kumiko_jobs.conf import get_config, redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.db_connections import opened_connections
-from kumiko_jobs.guarded_writes import database_answers
 from kumiko_jobs.job_threads import JobThread, start_intake, start_job_threads
-from kumiko_jobs.lane import count_claims, promote_due
-from kumiko_jobs.leases import Heartbeat, reap
+from kumiko_jobs.lane import count_claims
+from kumiko_jobs.lane_upkeep import TICK, LaneUpkeep
+from kumiko_jobs.leases import Heartbeat
 from kumiko_jobs.observability import flush_telemetry
-from kumiko_jobs.rebuild import push_waiting, rebuild_step
-from kumiko_jobs.repair import INTERVAL as REPAIR_INTERVAL
-from kumiko_jobs.repair import repair_stale_runs
 from kumiko_jobs.run_marker import RunningMarker
 from kumiko_jobs.success_writes import SuccessWriter
 from kumiko_jobs.timeouts import watchdog
 
 logger = logging.getLogger("kumiko_jobs.worker")
-REAP_INTERVAL = 5.0
-OUTBOX_INTERVAL = 2.0
-REBUILD_INTERVAL = 1.0
-CLAIMS_FLUSH_INTERVAL = 1.0
-UPKEEP_TICK = 0.2
 # A process being recycled gives its other threads this long to finish their jobs.
 RECYCLE_WAIT = 30.0
 # Exit status of a worker that recycles itself (a stuck job, a dead thread): restart me.
@@ -86,18 +76,12 @@ class LaneWorker(SimpleWorker):
         )
         self.lease = float(get_config()["ABANDON_AFTER"])
         self.counts: dict[str, int] = {}
-        self.next_promote = 0.0
         self.recycle_reason = ""
         self._lock = threading.Lock()
         self._tickets: int | None = None  # claims left under --max-jobs (None: no limit)
         self._busy = 0
         self._claimed = 0  # claims not yet taken off the lane's queued count
-        self._next_claims_flush = 0.0
-        self._next_reap = 0.0
-        self._next_repair = time.time() + REPAIR_INTERVAL
-        self._next_outbox = 0.0
-        self._next_rebuild = 0.0
-        self._database_down_since: float | None = None  # upkeep found the database unreachable
+        self.upkeep = LaneUpkeep(self)
         self.leases = Heartbeat(self.client, self.keys, self.lane, self.key, on_lost=self._register_again)
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
         self._loops: list[JobThread] = []
@@ -177,8 +161,8 @@ class LaneWorker(SimpleWorker):
         self._loops = [loop]
         try:
             while True:
-                self._upkeep_now()
-                ready = claimer.take(timeout=UPKEEP_TICK)
+                self.upkeep.run_quietly()
+                ready = claimer.take(timeout=TICK)
                 if ready is not None:
                     loop.run_one(ready)
                 elif claimer.ended():
@@ -198,14 +182,8 @@ class LaneWorker(SimpleWorker):
                 recycle_deadline = time.monotonic() + RECYCLE_WAIT
             if recycle_deadline is not None and time.monotonic() > recycle_deadline:
                 break
-            self._upkeep_now()
-            time.sleep(UPKEEP_TICK)
-
-    def _upkeep_now(self) -> None:
-        try:
-            self.upkeep()
-        except redis.RedisError:
-            pass  # the claimer waits out the outage and reports it
+            self.upkeep.run_quietly()
+            time.sleep(TICK)
 
     def _register_again(self) -> None:
         """The heartbeat thread found this worker's key gone while it runs (Redis restarted
@@ -261,20 +239,6 @@ class LaneWorker(SimpleWorker):
         with self._lock:
             self._busy += delta
 
-    def wake_at(self, when: float) -> None:
-        with self._lock:
-            self.next_promote = min(self.next_promote, when)
-
-    def nothing_due(self) -> bool:
-        """Nothing queued or due in the lane (--burst ends), after promoting what is due."""
-        if not self.schedule:
-            return True
-        next_due = promote_due(self.client, self.keys, self.lane)
-        if next_due is not None and next_due <= time.time():
-            return False
-        # promote_due may have moved work into the lane; the next claim tells.
-        return not self.client.exists(self.keys.ring(self.lane))
-
     def thread_failed(self, what: str) -> None:
         """Called in the except block of one of this worker's threads that ended with an
         exception: log it, and exit for a restart once the running jobs are done."""
@@ -312,71 +276,6 @@ class LaneWorker(SimpleWorker):
         self._stop_requested = True
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
-
-    # Upkeep -------------------------------------------------------------------------------
-    def upkeep_due(self) -> bool:
-        """Whether upkeep() has anything to do now. upkeep() asks it first, so a task added
-        there without its time here runs nowhere (and the suite notices), never only in some
-        workers."""
-        now = time.time()
-        if self.schedule and now >= self.next_promote:
-            return True
-        return now >= min(
-            self._next_reap, self._next_repair, self._next_outbox, self._next_claims_flush, self._next_rebuild
-        )
-
-    def upkeep(self) -> None:
-        if not self.upkeep_due():
-            return
-        now = time.time()
-        if self.schedule and now >= self.next_promote:
-            next_due = promote_due(self.client, self.keys, self.lane)
-            with self._lock:
-                self.next_promote = min(now + 1.0, next_due) if next_due else now + 1.0
-        if now >= self._next_reap:
-            self._next_reap = now + REAP_INTERVAL
-            self._guarded("reaper", reap, self.client, self.keys, self.lane, self.name)
-        if now >= self._next_repair:
-            self._next_repair = now + REPAIR_INTERVAL
-            self._guarded("repair", repair_stale_runs, self.client, self.keys, self.lane)
-        if now >= self._next_outbox:
-            self._next_outbox = now + OUTBOX_INTERVAL
-            self._guarded("outbox", push_waiting, self.client, self.keys, self.lane)
-        if now >= self._next_claims_flush:
-            self._next_claims_flush = now + CLAIMS_FLUSH_INTERVAL
-            self.flush_claims()
-        if now >= self._next_rebuild:
-            # A batch of a rebuild when Redis lost its data; one MGET otherwise.
-            self._next_rebuild = now + REBUILD_INTERVAL
-            self._guarded("rebuild", rebuild_step, self.client, self.keys, self.lane)
-
-    def _guarded[**P](self, task: str, run: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
-        """Run an upkeep task; only a Redis outage (handled by the loop) gets past it. While the
-        database does not answer at all, the tasks that need it fail quietly: one line when the
-        outage starts and one when it ends, not a traceback per task and interval."""
-        try:
-            run(*args, **kwargs)
-        except redis.RedisError:
-            raise
-        except DatabaseError as exc:
-            if database_answers():
-                logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
-            elif self._database_down_since is None:
-                self._database_down_since = time.monotonic()
-                logger.warning(
-                    "worker %s: database unreachable (%s); its upkeep (reaper, repair, outbox, "
-                    "rebuild) waits for it",
-                    self.name,
-                    str(exc).strip(),
-                )
-            return
-        except Exception:
-            logger.exception("worker %s: %s failed; it runs again at its next interval", self.name, task)
-            return
-        if self._database_down_since is not None and database_answers():
-            down = time.monotonic() - self._database_down_since
-            self._database_down_since = None
-            logger.warning("worker %s: database is back after %.1fs; upkeep resumes", self.name, down)
 
     def _log_batching(self) -> None:
         if self._batching:
