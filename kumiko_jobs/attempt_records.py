@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,7 @@ from kumiko_jobs import run_rows
 from kumiko_jobs.guarded_writes import durable, safe
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import insert_queued, start_update_run, update_run, update_runs
+from kumiko_jobs.records import insert_queued, update_run, update_runs
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -72,7 +72,7 @@ def mark_succeeded(
     *, meta: JobMeta, now: datetime, logs: list[LogLine], started: Started | None = None, result: Any = None
 ) -> None:
     """``result``: a Django task's JSON return value (None is the column's default, never written)."""
-    prepare_succeeded(meta=meta, now=now, logs=logs, started=started, result=result).start()()
+    prepare_succeeded(meta=meta, now=now, logs=logs, started=started, result=result).mark_outcome()
 
 
 def prepare_succeeded(
@@ -105,15 +105,6 @@ class OutcomeUpdate:
     meta: JobMeta
     started: Started | None
     values: dict[str, Any]
-
-    def start(self) -> Callable[[], None]:
-        """Send it (pg_pipeline) and return what waits for its answer; where pg_pipeline cannot
-        take it, write it all now."""
-        pending = start_update_run(self.meta.run_id, **self.values)
-        if pending is None:
-            self.mark_outcome()
-            return _written
-        return lambda: self.complete(pending.wait())
 
     def mark_outcome(self) -> None:
         """Write it now, and wait for the answer."""
@@ -208,13 +199,7 @@ def mark_deferred(
 def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
     """Write an attempt's outcome. With ``started`` the row also gets the start (a worker may
     skip the separate "running" write for short runs), and is created if it is missing."""
-    _start_finish(meta, started, **values)()
-
-
-def _start_finish(meta: JobMeta, started: Started | None, **values: Any) -> Callable[[], None]:
-    """_finish with its UPDATE sent, and the rest (its answer, a missing row) left to the
-    returned function; where pg_pipeline cannot send it, all of it is done now."""
-    return OutcomeUpdate(meta, started, _with_start(meta, started, **values)).start()
+    OutcomeUpdate(meta, started, _with_start(meta, started, **values)).mark_outcome()
 
 
 def _with_start(meta: JobMeta, started: Started | None, **values: Any) -> dict[str, Any]:
@@ -233,10 +218,6 @@ def _create_if_missing(meta: JobMeta, started: Started | None, values: dict[str,
         meta=meta, job_id=started.job_id, payload=started.payload, worker=started.worker, now=started.at
     )
     update_run(meta.run_id, **values)
-
-
-def _written() -> None:
-    """What is left of a write done in full already."""
 
 
 def mark_requeued(

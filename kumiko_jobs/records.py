@@ -130,25 +130,14 @@ def _execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -
 def update_run(run_id: str | uuid.UUID, **values: Any) -> int:
     """UPDATE one run by primary key. The SQL text is built once per set of columns: the ORM's
     per-call query compilation cost as much as the statement itself on the worker's hot path."""
-    pending = start_update_run(run_id, **values)
-    if pending is not None:
-        return pending.wait()
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
+    if pg_pipeline.available(connection):
+        return pg_pipeline.send_all(connection, [_update_statement(alias, run_id, values)]).wait()
     sql = _update_sql(alias, tuple(values))
     params = [_FIELDS[name].get_db_prep_save(value, connection) for name, value in values.items()]
     params.append(_FIELDS["id"].get_db_prep_value(uuid.UUID(str(run_id)), connection))
     return _execute(connection, sql, params)
-
-
-def start_update_run(run_id: str | uuid.UUID, **values: Any) -> pg_pipeline.Pending | None:
-    """update_run's statement sent through pg_pipeline and not yet answered (its ``wait()``
-    gives the row count); None where pg_pipeline cannot take it (nothing was sent)."""
-    alias = router.db_for_write(JobRun)
-    connection = connections[alias]
-    if not pg_pipeline.available(connection):
-        return None
-    return pg_pipeline.send_all(connection, [_update_statement(alias, run_id, values)])
 
 
 def update_runs(updates: Sequence[tuple[str | uuid.UUID, dict[str, Any]]]) -> list[int] | None:

@@ -84,9 +84,9 @@ class LaneWorker(SimpleWorker):
         self.upkeep = LaneUpkeep(self)
         self.leases = Heartbeat(self.client, self.keys, self.lane, self.key, on_lost=self._register_again)
         self.marker = RunningMarker(float(get_config()["RUNNING_MARK_DELAY"]))
-        self._loops: list[JobThread] = []
+        self._loops: list[JobThread] = []  # --threads: the job threads (_on_stuck)
+        self.batching = ""  # what the claimer's calls and the writer's writes carried (shutdown line)
         self._stuck: set[int] = set()  # job threads whose handler ignored its timeout
-        self._batching = ""  # --threads: what the claimer's calls and the writer's writes carried
 
     def work(  # type: ignore[override]
         self, burst: bool = False, max_jobs: int | None = None, logging_level: str = "INFO", **_: Any
@@ -118,7 +118,6 @@ class LaneWorker(SimpleWorker):
             except redis.RedisError:
                 logger.warning("worker %s: Redis unreachable while unregistering", self.name)
         done = sum(self.counts.values())
-        self._log_batching()
         logger.info(
             "worker %s stopped after %d jobs %s; database connections opened: %d",
             self.name,
@@ -146,19 +145,18 @@ class LaneWorker(SimpleWorker):
             claimer.close()
             claimer.join(RECYCLE_WAIT)
         steps = claimer.steps
-        self._batching = (
+        self.batching = (
             f"{steps.carried} lane steps in {steps.calls} script calls "
             f"({steps.carried / max(steps.calls, 1):.2f} a call); "
             f"{writer.written} successes written in {writer.writes} batches"
         )
+        logger.info("worker %s: %s", self.name, self.batching)
 
     def _run_in_main_thread(self, claimer: Claimer, writer: SuccessWriter) -> None:
         """One job thread: the main thread, so a job's timeout is SIGALRM, which interrupts a
         blocking call (timeouts.py), and a job runs where RQ's SimpleWorker runs it. The upkeep
         runs between jobs, on the same database connection (the writer has the only other)."""
         loop = JobThread(self, claimer, writer)
-        loop.thread_ident = threading.get_ident()
-        self._loops = [loop]
         try:
             while True:
                 self.upkeep.run_quietly()
@@ -276,10 +274,6 @@ class LaneWorker(SimpleWorker):
         self._stop_requested = True
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
-
-    def _log_batching(self) -> None:
-        if self._batching:
-            logger.info("worker %s: %s", self.name, self._batching)
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
         from django.db import router

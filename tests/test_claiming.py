@@ -45,9 +45,9 @@ def test_threads_run_every_run_once_and_the_claimer_batches_their_steps(
     assert not any(get_redis().exists(keys.job(r.job_id)) for r in runs)  # RESULT_TTL 0
     batching = re.fullmatch(
         r"(\d+) lane steps in (\d+) script calls .*; (\d+) successes written in (\d+) batches",
-        worker._batching,
+        worker.batching,
     )
-    assert batching is not None, worker._batching
+    assert batching is not None, worker.batching
     carried, calls, written, writes = (int(n) for n in batching.groups())
     assert carried >= 120 and calls < carried  # 60 claims and 60 finishes, several a call
     assert written == 60 and writes <= 60
