@@ -39,6 +39,7 @@ class SuccessWriter(threading.Thread):
         self._lock = threading.Lock()
         self._handed = threading.Condition(self._lock)
         self._pending: list[Finished] = []
+        self._writing = 0  # the successes of the batch being written now
         self._closed = False
         self.writes = 0  # batches (one round trip each on PostgreSQL), and the successes they carried
         self.written = 0
@@ -57,12 +58,20 @@ class SuccessWriter(threading.Thread):
             self._closed = True
             self._handed.notify()
 
+    @property
+    def unwritten(self) -> int:
+        """Successes handed over whose write has not returned yet."""
+        with self._lock:
+            return len(self._pending) + self._writing
+
     def run(self) -> None:
         from django.db import connections
 
         try:
             while (batch := self._next_batch()) is not None:
                 self._write(batch)
+                with self._lock:
+                    self._writing = 0
         except BaseException:
             self.claimer.worker.thread_failed("the writer")
         finally:
@@ -75,6 +84,7 @@ class SuccessWriter(threading.Thread):
                     return None
                 self._handed.wait()
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._writing = len(batch)
             return batch
 
     def _write(self, batch: list[Finished]) -> None:

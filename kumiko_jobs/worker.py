@@ -140,10 +140,11 @@ class LaneWorker(SimpleWorker):
         finally:
             # The successes handed over are written and told, the ready jobs given back: at a
             # cold stop too (a second signal cuts off the running jobs, not those that ended).
-            writer.close()
-            writer.join(RECYCLE_WAIT)
-            claimer.close()
-            claimer.join(RECYCLE_WAIT)
+            try:
+                self._close_writer(writer)
+            finally:
+                claimer.close()
+                claimer.join(RECYCLE_WAIT)
         steps = claimer.steps
         self.batching = (
             f"{steps.carried} lane steps in {steps.calls} script calls "
@@ -151,6 +152,23 @@ class LaneWorker(SimpleWorker):
             f"{writer.written} successes written in {writer.writes} batches"
         )
         logger.info("worker %s: %s", self.name, self.batching)
+
+    def _close_writer(self, writer: SuccessWriter) -> None:
+        """Wait for the writes of the successes handed over, up to RECYCLE_WAIT. A second signal
+        during this wait (the writes wait for a row lock or a database outage) stops at once, as
+        it says: their runs are left to the reapers, which go by each run's record."""
+        writer.close()
+        try:
+            writer.join(RECYCLE_WAIT)
+        finally:
+            if writer.is_alive() and (unwritten := writer.unwritten):
+                logger.warning(
+                    "worker %s: stopping with %d success(es) whose write has not returned; once "
+                    "their leases expire (ABANDON_AFTER), a reaper settles each run by its record: "
+                    "succeeded if the write went through, else run again",
+                    self.name,
+                    unwritten,
+                )
 
     def _run_in_main_thread(self, claimer: Claimer, writer: SuccessWriter) -> None:
         """One job thread: the main thread, so a job's timeout is SIGALRM, which interrupts a

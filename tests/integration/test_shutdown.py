@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.models import JobRun, RunStatus
-from tests.integration.support import log_messages
+from tests.integration.support import holds_for, in_started_registry, log_messages, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -112,3 +113,67 @@ def test_burst_exits_when_nothing_is_queued_or_due(start_worker: Any, traces: An
     assert [JobRun.objects.get(pk=r.run_id).status for r in now] == [RunStatus.SUCCEEDED] * 2
     assert JobRun.objects.get(pk=later.run_id).status == RunStatus.QUEUED
     assert redis_client.zscore(get_keys().scheduled("worker"), later.job_id) is not None
+
+
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="a row lock held across the worker's write (PostgreSQL)"
+)
+
+
+@postgresql_only
+def test_a_cold_stop_cuts_off_the_running_jobs_not_those_that_ended(
+    start_worker: Any, wait_for_traces: Any, traces: Any, redis_client: Any
+) -> None:
+    """A second signal while a job runs: the success another thread handed over is still
+    written and Redis told before the worker exits (else it would be run again)."""
+    ended = dispatch("tests.record", {"n": 1})
+    running = dispatch("tests.sleeper", {"seconds": 60})
+    with transaction.atomic():
+        # The ended run's success UPDATE waits for this lock, in the writer.
+        JobRun.objects.select_for_update().get(pk=ended.run_id)
+        worker = start_worker("worker", "--threads", "2")
+        wait_for_traces("record")
+        wait_for_traces("sleeper_start")
+        worker.signal(signal.SIGTERM)
+        time.sleep(1.2)  # RQ ignores a second signal within 1 s of the first
+        worker.signal(signal.SIGTERM)
+        wait_until(lambda: "cold shut down" in worker.output(), 5, "the cold stop")
+        # It waits for the write, not for the job it cut off.
+        assert holds_for(lambda: worker.proc.poll() is None, 1)
+    assert worker.wait(timeout=10) == 0
+    run = JobRun.objects.get(pk=ended.run_id)
+    assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 1)
+    # Told: out of the started registry. The cut-off run keeps its lease there for a reaper.
+    cut_off = JobRun.objects.get(pk=running.run_id)
+    assert not in_started_registry(redis_client, run)
+    assert in_started_registry(redis_client, cut_off)
+    assert traces("sleeper_end") == []
+    assert "whose write has not returned" not in worker.output()
+
+
+@postgresql_only
+def test_a_cold_stop_while_the_writes_wait_stops_at_once_and_loses_nothing(
+    start_worker: Any, wait_for_run: Any, traces: Any, redis_client: Any
+) -> None:
+    """A second signal while the worker waits for its last writes (a row lock here, a database
+    outage in production) stops it at once, as it says. The run's lease expires and the next
+    worker's reaper settles it by its record: here the UPDATE was sent and commits once the lock
+    goes, so the run counts as succeeded and is not run again."""
+    first = dispatch("tests.record", {"n": 1})
+    fast = {"KUMIKO_TEST_ABANDON_AFTER": "2", "KUMIKO_TEST_HEARTBEAT_INTERVAL": "0.5"}
+    with transaction.atomic():
+        JobRun.objects.select_for_update().get(pk=first.run_id)
+        worker = start_worker("worker", env=fast)
+        wait_until(lambda: traces("record"), 10, "the run to run")
+        worker.signal(signal.SIGTERM)
+        time.sleep(1.2)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(timeout=5) == 0
+        assert in_started_registry(redis_client, JobRun.objects.get(pk=first.run_id))
+    assert "stopping with 1 success(es) whose write has not returned" in worker.output()
+
+    successor = start_worker("worker", env=fast)
+    run = wait_for_run(first.run_id, timeout=20)
+    assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 1)
+    assert [t["attempt"] for t in traces("record")] == [1]
+    assert f"reaped abandoned job {first.job_id} (tests.record): succeeded" in successor.output()
