@@ -288,7 +288,13 @@ def test_a_database_outage_under_load_loses_nothing(
     # then, about one run in seven outages: a one-thread worker's next claim, its lease not
     # renewed while the previous success's write waited (test_outcomes.py: leases).
     assert figures.duplicated == 0
-    assert all("is back after" in worker.output() for worker in workers)
+    # Said by each worker's upkeep at its next round once the database answers: the writers may
+    # have written every held success, and so ended every run, a moment before.
+    wait_until(
+        lambda: all("is back after" in worker.output() for worker in workers),
+        10,
+        "each worker to see the database back",
+    )
     # One line when the outage starts and one when it ends, not a traceback per upkeep task and
     # interval (the --threads worker's main thread kept running its upkeep meanwhile).
     assert not any("failed; it runs again at its next interval" in worker.output() for worker in workers)
