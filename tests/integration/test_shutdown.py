@@ -176,4 +176,6 @@ def test_a_cold_stop_while_the_writes_wait_stops_at_once_and_loses_nothing(
     run = wait_for_run(first.run_id, timeout=20)
     assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 1)
     assert [t["attempt"] for t in traces("record")] == [1]
-    assert f"reaped abandoned job {first.job_id} (tests.record): succeeded" in successor.output()
+    # Logged just after the reap script that settled the run in Redis, which wait_for_run saw.
+    reaped = f"reaped abandoned job {first.job_id} (tests.record): succeeded"
+    wait_until(lambda: reaped in successor.output(), 5, "the reaper's line")
