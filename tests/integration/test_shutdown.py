@@ -115,6 +115,13 @@ def test_burst_exits_when_nothing_is_queued_or_due(start_worker: Any, traces: An
     assert redis_client.zscore(get_keys().scheduled("worker"), later.job_id) is not None
 
 
+def cold_stop(worker: Any) -> None:
+    """SIGTERM, then a second one: RQ ignores a second signal within 1 s of the first."""
+    worker.signal(signal.SIGTERM)
+    time.sleep(1.2)
+    worker.signal(signal.SIGTERM)
+
+
 postgresql_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="a row lock held across the worker's write (PostgreSQL)"
 )
@@ -134,9 +141,7 @@ def test_a_cold_stop_cuts_off_the_running_jobs_not_those_that_ended(
         worker = start_worker("worker", "--threads", "2")
         wait_for_traces("record")
         wait_for_traces("sleeper_start")
-        worker.signal(signal.SIGTERM)
-        time.sleep(1.2)  # RQ ignores a second signal within 1 s of the first
-        worker.signal(signal.SIGTERM)
+        cold_stop(worker)
         wait_until(lambda: "cold shut down" in worker.output(), 5, "the cold stop")
         # It waits for the write, not for the job it cut off.
         assert holds_for(lambda: worker.proc.poll() is None, 1)
@@ -165,9 +170,7 @@ def test_a_cold_stop_while_the_writes_wait_stops_at_once_and_loses_nothing(
         JobRun.objects.select_for_update().get(pk=first.run_id)
         worker = start_worker("worker", env=fast)
         wait_until(lambda: traces("record"), 10, "the run to run")
-        worker.signal(signal.SIGTERM)
-        time.sleep(1.2)
-        worker.signal(signal.SIGTERM)
+        cold_stop(worker)
         assert worker.wait(timeout=5) == 0
         assert in_started_registry(redis_client, JobRun.objects.get(pk=first.run_id))
     assert "stopping with 1 success(es) whose write has not returned" in worker.output()
