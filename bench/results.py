@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,10 @@ def paired_ratios(a: Rate, b: Rate) -> list[float]:
     return [(a.jobs / sa) / (b.jobs / sb) for sa, sb in zip(a.seconds, b.seconds, strict=True)]
 
 
+# The most decimals a ratio is shown with (see Ratio.shown).
+MAX_DIGITS = 4
+
+
 @dataclass(frozen=True)
 class Ratio:
     """``value`` against a lower bound ``target`` (an upper bound with ``at_most``); no target:
@@ -50,9 +55,7 @@ class Ratio:
 
     @property
     def met(self) -> bool | None:
-        if self.target is None:
-            return None
-        return self.value <= self.target if self.at_most else self.value >= self.target
+        return None if self.target is None else self._met_by(self.value)
 
     @property
     def bound(self) -> str:
@@ -60,7 +63,26 @@ class Ratio:
 
     @property
     def shown(self) -> str:
-        return format(int(self.value) if self.fmt == "d" else self.value, self.fmt)
+        if self.fmt == "d":
+            return format(int(self.value), "d")
+        shown = format(self.value, self.fmt)
+        # 0.998 against ">= 1" would read "1.00 ... NO": more digits until the figure shown
+        # falls on the same side of the target as the value.
+        digits = int(self.fmt.strip(".f"))
+        while self.target is not None and self._met_by(float(shown)) != self.met:
+            digits += 1
+            if digits >= MAX_DIGITS:
+                # Cut off rather than rounded, towards the side the value is on: 0.99999 is
+                # "0.9999", not "1.0000".
+                scale = 10**digits
+                cut = math.floor if self.met == self.at_most else math.ceil
+                return format(cut(self.value * scale) / scale, f".{digits}f")
+            shown = format(self.value, f".{digits}f")
+        return shown
+
+    def _met_by(self, value: float) -> bool:
+        assert self.target is not None
+        return value <= self.target if self.at_most else value >= self.target
 
 
 @dataclass(frozen=True)

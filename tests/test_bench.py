@@ -175,6 +175,16 @@ def test_upper_bound_ratios_and_counts() -> None:
     assert (scaling.shown, scaling.bound, scaling.met) == ("1.62", ">= 1.5", True)
 
 
+def test_a_ratio_that_rounds_onto_its_target_is_shown_with_the_digits_that_tell_which_side() -> None:
+    from bench.results import Ratio
+
+    # 376.0 jobs/s against Dramatiq's 376.6: "1.00" would say "NO" beside a figure that reads met.
+    assert (Ratio("io", 376.0 / 376.6, 1.0).shown, Ratio("io", 376.0 / 376.6, 1.0).met) == ("0.998", False)
+    assert Ratio("io", 0.99999, 1.0).shown == "0.9999"  # the most digits shown (still "NO")
+    assert Ratio("limit", 10.004, 10.0, at_most=True).shown == "10.004"
+    assert Ratio("io", 1.004, 1.0).shown == "1.00"  # rounding that keeps the side: as it was
+
+
 @pytest.mark.django_db
 def test_overlap_is_the_span_in_which_every_worker_process_worked() -> None:
     from datetime import UTC, datetime, timedelta
