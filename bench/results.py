@@ -38,7 +38,7 @@ def paired_ratios(a: Rate, b: Rate) -> list[float]:
     return [(a.jobs / sa) / (b.jobs / sb) for sa, sb in zip(a.seconds, b.seconds, strict=True)]
 
 
-# The most decimals a ratio is shown with (see Ratio.shown).
+# The most decimals a ratio is shown with, unless its format asks for more (see Ratio.shown).
 MAX_DIGITS = 4
 
 
@@ -65,20 +65,21 @@ class Ratio:
     def shown(self) -> str:
         if self.fmt == "d":
             return format(int(self.value), "d")
-        shown = format(self.value, self.fmt)
+        if self.target is None:
+            return format(self.value, self.fmt)
         # 0.998 against ">= 1" would read "1.00 ... NO": more digits until the figure shown
         # falls on the same side of the target as the value.
-        digits = int(self.fmt.strip(".f"))
-        while self.target is not None and self._met_by(float(shown)) != self.met:
-            digits += 1
-            if digits >= MAX_DIGITS:
-                # Cut off rather than rounded, towards the side the value is on: 0.99999 is
-                # "0.9999", not "1.0000".
-                scale = 10**digits
-                cut = math.floor if self.met == self.at_most else math.ceil
-                return format(cut(self.value * scale) / scale, f".{digits}f")
+        first = int(self.fmt.strip(".f"))
+        most = max(first, MAX_DIGITS)
+        for digits in range(first, most):
             shown = format(self.value, f".{digits}f")
-        return shown
+            if self._met_by(float(shown)) == self.met:
+                return shown
+        # Cut off rather than rounded, towards the side the value is on: 0.99999 is "0.9999",
+        # not "1.0000".
+        scale = 10**most
+        cut = math.floor if self.met == self.at_most else math.ceil
+        return format(cut(self.value * scale) / scale, f".{most}f")
 
     def _met_by(self, value: float) -> bool:
         assert self.target is not None

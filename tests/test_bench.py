@@ -179,9 +179,13 @@ def test_a_ratio_that_rounds_onto_its_target_is_shown_with_the_digits_that_tell_
     from bench.results import Ratio
 
     # 376.0 jobs/s against Dramatiq's 376.6: "1.00" would say "NO" beside a figure that reads met.
-    assert (Ratio("io", 376.0 / 376.6, 1.0).shown, Ratio("io", 376.0 / 376.6, 1.0).met) == ("0.998", False)
+    io = Ratio("io", 376.0 / 376.6, 1.0)
+    assert (io.shown, io.met) == ("0.998", False)
     assert Ratio("io", 0.99999, 1.0).shown == "0.9999"  # the most digits shown (still "NO")
     assert Ratio("limit", 10.004, 10.0, at_most=True).shown == "10.004"
+    # An upper bound exceeded by less than the last digit shown is cut upwards (still "NO").
+    assert Ratio("limit", 10.00001, 10.0, at_most=True).shown == "10.0001"
+    assert Ratio("limit", 9.99999, 10.0, at_most=True).shown == "10.00"  # met, and reads met
     assert Ratio("io", 1.004, 1.0).shown == "1.00"  # rounding that keeps the side: as it was
 
 
