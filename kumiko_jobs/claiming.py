@@ -25,7 +25,8 @@ the ready jobs back to the front of their flows (no attempt used, their records 
 keeps sending finishes until the worker closes it. With --burst it says "done" once the lane has
 nothing queued or due and no job is out. On an idle lane it blocks on the lane's wake key; an
 attempt that ends meanwhile is finished by the thread that hands it back (one script call, no
-claim), so no cap slot waits for the claimer.
+claim), so no cap slot waits for the claimer. It blocks on its worker's own wake key too, which
+the worker pushes to when it stops: an idle worker stops at once, not after MAX_BLOCK.
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ PREFETCH_WAIT = 0.02
 # job per thread ran dry meanwhile (measured: 8 threads of trivial jobs, 0.80 of Dramatiq's
 # rate with one per thread, 1.00-1.09 with four; eight did no better).
 PREFETCH_PER_THREAD = 4
-# Longest wait for work on an idle lane, and between checks for a stop while nothing happens.
+# Longest wait for work on an idle lane: how soon an idle worker sees jobs that stock RQ code
+# pushed without waking it (RQ's scheduler, the dashboard's requeue). A stop wakes it at once.
 MAX_BLOCK = 1.0
+# How long a stop's wake token outlives a claimer that was not waiting for it.
+STOP_WAKE_TTL = 60
 CHECK_INTERVAL = 0.2
 
 
@@ -163,6 +167,24 @@ class Claimer(threading.Thread):
         with self._lock:
             self._closed = True
             self._wanted.notify()
+        self.stop_waiting()
+
+    def stop_waiting(self) -> None:
+        """The worker stops: end the claimer's wait for work now, so its job threads hear of the
+        stop (and the worker ends) without waiting out MAX_BLOCK. Called by the worker's main
+        thread, not in the signal handler (which may have interrupted a Redis call)."""
+        with self._lock:
+            if not self._idle:
+                return  # _wait_for_work checks for a stop before it blocks
+        w = self.worker
+        key = w.keys.stop_wake(w.lane, w.name)
+        try:
+            with w.client.pipeline(transaction=True) as pipe:
+                pipe.rpush(key, "stop")
+                pipe.expire(key, STOP_WAKE_TTL)
+                pipe.execute()
+        except redis.RedisError:
+            pass  # the wait ends by itself within MAX_BLOCK (or meets the outage)
 
     # The claimer thread -------------------------------------------------------------------
     def run(self) -> None:
@@ -292,7 +314,7 @@ class Claimer(threading.Thread):
         try:
             promote_in = w.upkeep.next_promote - time.time()
             timeout = max(0.05, min(MAX_BLOCK, promote_in)) if w.schedule else MAX_BLOCK
-            w.client.blpop([w.keys.wake(w.lane)], timeout)
+            w.client.blpop([w.keys.wake(w.lane), w.keys.stop_wake(w.lane, w.name)], timeout)
         except redis.RedisError:
             pass  # the next step meets the outage
         finally:

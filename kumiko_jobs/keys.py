@@ -136,6 +136,11 @@ class Keys:
     def wake(self, lane: str) -> str:
         return f"{self.lane(lane)}{WAKE_SUFFIX}"
 
+    def stop_wake(self, lane: str, worker: str) -> str:
+        """One worker's own token list, which its idle claimer blocks on beside the lane's wake
+        list: the worker pushes to it when it stops (claiming.Claimer.stop_waiting)."""
+        return f"{self.wake(lane)}:{worker}"
+
     def stats(self, lane: str, hour: int) -> str:
         """Hash of a lane's attempt outcomes in one hour, overall and per job."""
         return f"{self.lane(lane)}{STATS_SUFFIX}{hour}"

@@ -192,14 +192,19 @@ class LaneWorker(SimpleWorker):
         threads = start_job_threads(self, claimer, writer, self.threads)
         self._loops = [job_thread for _thread, job_thread in threads]
         recycle_deadline: float | None = None
+        woke = False
         # A stuck thread is a daemon: it ends with the process, nobody waits for it.
-        while any(thread.is_alive() and thread.ident not in self._stuck for thread, _loop in threads):
+        while live := [t for t, _loop in threads if t.is_alive() and t.ident not in self._stuck]:
+            if self.stopping() and not woke:
+                # Idle threads wait for the claimer, which may wait for work on Redis.
+                claimer.stop_waiting()
+                woke = True
             if self.recycle_reason and recycle_deadline is None:
                 recycle_deadline = time.monotonic() + RECYCLE_WAIT
             if recycle_deadline is not None and time.monotonic() > recycle_deadline:
                 break
             self.upkeep.run_quietly()
-            time.sleep(TICK)
+            live[0].join(TICK)  # a tick, or less once the threads end (a stop)
 
     def _register_again(self) -> None:
         """The heartbeat thread found this worker's key gone while it runs (Redis restarted
@@ -292,6 +297,14 @@ class LaneWorker(SimpleWorker):
         self._stop_requested = True
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
+
+    def unsubscribe(self) -> None:
+        """RQ's, with its command listener thread told to stop before the UNSUBSCRIBE whose reply
+        wakes it. In RQ's order the thread could take that reply first and wait for a message
+        again (up to 60 s), and a stop that lost this race waited out RQ's join of 1 s."""
+        if self.pubsub_thread:
+            self.pubsub_thread.stop()
+        super().unsubscribe()  # type: ignore[no-untyped-call]
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:
         from django.db import router

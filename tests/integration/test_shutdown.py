@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -113,6 +114,45 @@ def test_burst_exits_when_nothing_is_queued_or_due(start_worker: Any, traces: An
     assert [JobRun.objects.get(pk=r.run_id).status for r in now] == [RunStatus.SUCCEEDED] * 2
     assert JobRun.objects.get(pk=later.run_id).status == RunStatus.QUEUED
     assert redis_client.zscore(get_keys().scheduled("worker"), later.job_id) is not None
+
+
+def test_idle_workers_stop_at_once_not_after_their_wait_for_work(
+    start_worker: Any, redis_client: Any
+) -> None:
+    """An idle worker waits for work on Redis (a BLPOP of up to MAX_BLOCK, 1 s); a stop wakes
+    that wait instead of waiting it out."""
+    from kumiko_jobs.claiming import MAX_BLOCK
+
+    def waiting_for_work() -> int:
+        return sum(1 for c in redis_client.client_list() if c["cmd"] == "blpop" and "b" in c["flags"])
+
+    before = waiting_for_work()
+    # --no-scheduler: the promotion round would cut the wait short (it ends at the next one).
+    args = [(), (), ("--threads", "4"), ("--threads", "4")]
+    workers = [start_worker("worker", "--no-scheduler", *a) for a in args]
+    wait_until(lambda: waiting_for_work() == before + len(workers), timeout=10)
+    # One token each on the lane's wake list: each worker looks for work, finds none and starts
+    # a fresh wait of MAX_BLOCK, so without the stop's wake each would stop about 1 s later.
+    redis_client.rpush(get_keys().wake("worker"), *["1"] * len(workers))
+    wait_until(lambda: redis_client.llen(get_keys().wake("worker")) == 0, timeout=5)
+    wait_until(lambda: waiting_for_work() == before + len(workers), timeout=5)
+
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(timeout=10) == 0
+        # By the worker's own clock, from the signal to its last line (the interpreter's exit
+        # after it, ~0.3 s here, is not the worker's doing).
+        received, stopped = (
+            _logged_at(worker.output(), marker)
+            for marker in ("SIGTERM received: no job running", "stopped after 0 jobs")
+        )
+        assert stopped - received < 0.6 * MAX_BLOCK, worker.output()
+
+
+def _logged_at(output: str, marker: str) -> float:
+    [line] = [line for line in output.splitlines() if marker in line]
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def cold_stop(worker: Any) -> None:
