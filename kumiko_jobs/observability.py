@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from kumiko_jobs.connection import get_keys
@@ -70,6 +72,8 @@ DISPATCH_STATUS = "kumiko.dispatch.status"
 # Carrier keys of a context to link to rather than to descend from (new_trace()).
 LINK_PREFIX = "link."
 _NO_TRACER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_ASK_THE_API = object()
+_PROVIDER_FROM_ENV = OTEL_PYTHON_TRACER_PROVIDER in os.environ
 _new_trace: contextvars.ContextVar[bool] = contextvars.ContextVar("kumiko_new_trace", default=False)
 _correlation: contextvars.ContextVar[str | None] = contextvars.ContextVar("kumiko_correlation", default=None)
 Attributes = dict[str, str | int]
@@ -77,8 +81,20 @@ Attributes = dict[str, str | int]
 
 def tracing_enabled() -> bool:
     """True when an SDK tracer provider is installed (only then are spans worth making)."""
+    # The API's global, as set_tracer_provider() sets it, read here because
+    # get_tracer_provider() looks up OTEL_PYTHON_TRACER_PROVIDER in the environment on every
+    # call while none is set: a KeyError inside os.environ, ~1 us, a third of the hooks' cost
+    # per attempt without an SDK. The variable is read once, at start-up (_PROVIDER_FROM_ENV);
+    # where it names a provider, or the API has no such global, the API is asked.
+    provider = getattr(trace, "_TRACER_PROVIDER", _ASK_THE_API)
+    if provider is None:
+        if not _PROVIDER_FROM_ENV:
+            return False
+        provider = trace.get_tracer_provider()
+    elif provider is _ASK_THE_API:
+        provider = trace.get_tracer_provider()
     # type() rather than isinstance(): these are ABCs, whose isinstance is several times slower.
-    return type(trace.get_tracer_provider()) not in _NO_TRACER
+    return type(provider) not in _NO_TRACER
 
 
 def in_this_context(func: Callable[[], None]) -> Callable[[], None]:

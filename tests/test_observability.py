@@ -3,6 +3,9 @@ the process span of each attempt, their attributes, links for retries and deferr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -227,6 +230,20 @@ def test_redis_down_makes_the_send_span_an_error(spans: InMemorySpanExporter, se
     assert send.status.status_code == StatusCode.ERROR
     assert dict(send.attributes or {})["error.type"] == "kumiko_jobs.exceptions.QueueUnavailable"
     assert "pw@" not in str(send.status.description)
+
+
+@pytest.mark.parametrize(("named", "enabled"), [("sdk_tracer_provider", "True"), (None, "False")])
+def test_a_provider_named_in_the_environment_at_start_up_turns_tracing_on(
+    named: str | None, enabled: str
+) -> None:
+    """tracing_enabled() reads the API's global, and OTEL_PYTHON_TRACER_PROVIDER once, when the
+    process starts (that is when the variable is set): named there, the API loads that provider."""
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"}
+    if named:
+        env["OTEL_PYTHON_TRACER_PROVIDER"] = named
+    code = "from kumiko_jobs import observability; print(observability.tracing_enabled())"
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == enabled
 
 
 @pytest.mark.usefixtures("no_sdk")
