@@ -70,7 +70,9 @@ FULL = Sizes(
     # Redis only: the rows would double the fill time (BENCHMARKS.md has a one-off run with them).
     deep_rows=False,
     fanout=10_000,
-    fanout_rounds=1,  # far from its target in every run so far; a second round costs ~5 s
+    # Near its target since session 15, and one round on a 2-vCPU VM ranged 0.63-0.93 in one
+    # hour (session 18): a median of three, in alternating order, costs ~10 s more.
+    fanout_rounds=3,
     fifo_window=2.0,
 )
 QUICK = Sizes(
