@@ -299,11 +299,14 @@ class LaneWorker(SimpleWorker):
         signal.signal(signal.SIGTERM, self.request_force_stop)
 
     def unsubscribe(self) -> None:
-        """RQ's, with its command listener thread told to stop before the UNSUBSCRIBE whose reply
-        wakes it. In RQ's order the thread could take that reply first and wait for a message
-        again (up to 60 s), and a stop that lost this race waited out RQ's join of 1 s."""
-        if self.pubsub_thread:
-            self.pubsub_thread.stop()
+        """RQ's, with the running flag of its command listener thread cleared before the
+        UNSUBSCRIBE whose reply wakes that thread. In RQ's order the thread could take the reply
+        first and wait for a message again (up to 60 s): the stop then waited out RQ's join of
+        1 s (redis-py 8.1) or the whole 60 s (8.2, whose ``stop()`` joins the thread). Not
+        ``stop()`` itself here: on 8.2 it waits for the thread, which only the reply wakes."""
+        running = getattr(self.pubsub_thread, "_running", None)
+        if isinstance(running, threading.Event):
+            running.clear()
         super().unsubscribe()  # type: ignore[no-untyped-call]
 
     def _log_banner(self, burst: bool, max_jobs: int | None) -> None:

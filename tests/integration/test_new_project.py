@@ -18,6 +18,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from http.cookiejar import CookieJar
 from pathlib import Path
 from urllib.parse import urlencode
@@ -54,6 +55,23 @@ def run(args: list[str | Path], cwd: Path, timeout: float = 300, *, stderr: bool
         output = done.stdout + done.stderr
         raise AssertionError(f"{' '.join(map(str, args))} exited {done.returncode}:\n{output}")
     return done.stdout + done.stderr if stderr else done.stdout
+
+
+def assert_stopped_promptly(output: str) -> None:
+    """Each worker in ``output`` wrote its last line within a few seconds of ending its job loop:
+    with redis-py 8.2, which a fresh install gets, a stop that waited for RQ's listener thread
+    took 60 s (it passed, only slowly, until this was checked)."""
+    line = r"^(\S+ \S+) \S+ kumiko_jobs\.worker: worker (\S+?):? (\d+ lane steps|stopped after)"
+    ended: dict[str, datetime] = {}
+    stops = 0
+    for at, worker, what in re.findall(line, output, flags=re.MULTILINE):
+        when = datetime.strptime(at, "%Y-%m-%d %H:%M:%S,%f")
+        if what != "stopped after":
+            ended[worker] = when
+            continue
+        stops += 1
+        assert (when - ended[worker]).total_seconds() < 5, output
+    assert stops, output
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +243,7 @@ def test_a_new_project_runs_jobs_and_shows_them(
     more_in_production = more.replace("100, 150", "150, 200")
     assert manage("shell", "--no-imports", "-c", more_in_production, **production).strip() == "2"
     worked = manage("runjobs", "--lane", "worker", "--burst", stderr=True, **production)
+    assert_stopped_promptly(worked)
     # Django's default logging, CONN_MAX_AGE 0: the worker's lines reach stderr, and it keeps
     # one connection for its 101 jobs and its writer thread one (it once opened one per job).
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
@@ -239,6 +258,7 @@ def test_a_new_project_runs_jobs_and_shows_them(
     )
     manage("shell", "--no-imports", "-c", sixty, **production)
     worked = manage("runjobs", "--lane", "worker", "--burst", "--threads", "4", stderr=True, **production)
+    assert_stopped_promptly(worked)
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
     assert opened and int(opened[1]) == 60 and int(opened[2]) <= 4 + 3, worked
     batching = r"(\d+) lane steps in (\d+) script calls .*; (\d+) successes written in (\d+)"
@@ -250,6 +270,7 @@ def test_a_new_project_runs_jobs_and_shows_them(
     twenty = sixty.replace("200, 260", "260, 280")
     manage("shell", "--no-imports", "-c", twenty)
     worked = manage("runjobs", "--lane", "worker", "--burst", "--threads", "4", stderr=True)
+    assert_stopped_promptly(worked)
     opened = re.search(r"stopped after (\d+) jobs .*; database connections opened: (\d+)", worked)
     assert opened and int(opened[1]) == 20 and int(opened[2]) <= 4 + 3, worked
     batched = re.search(batching, worked)
@@ -260,6 +281,7 @@ def test_a_new_project_runs_jobs_and_shows_them(
     forty = sixty.replace("200, 260", "280, 320")
     manage("shell", "--no-imports", "-c", forty, **production)
     worked = manage("runjobs", "--lane", "worker", "--burst", "--processes", "2", stderr=True, **production)
+    assert_stopped_promptly(worked)
     child_shutdown = r"worker \S+-p[12] .*stopped after (\d+) jobs .*; database connections opened: (\d+)"
     children = re.findall(child_shutdown, worked)
     assert len(children) == 2 and sum(int(jobs) for jobs, _ in children) == 40, worked
