@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,3 +143,8 @@ class WorkerProcess:
 def log_messages(run: Any, level: str | None = None) -> list[str]:
     """The messages of a JobRun's log lines, optionally of one level."""
     return [line["msg"] for line in run.logs if level is None or line["level"] == level]
+
+
+def logged_at(line: str) -> datetime:
+    """When a worker wrote this log line, by its own clock (the format of worker_logging.py)."""
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")

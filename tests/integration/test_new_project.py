@@ -29,7 +29,7 @@ import redis
 
 from kumiko_jobs.conf import redis_url
 from tests.integration.redis_servers import free_port
-from tests.integration.support import REPO_ROOT, wait_until
+from tests.integration.support import REPO_ROOT, logged_at, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +61,11 @@ def assert_stopped_promptly(output: str) -> None:
     """Each worker in ``output`` wrote its last line within a few seconds of ending its job loop:
     with redis-py 8.2, which a fresh install gets, a stop that waited for RQ's listener thread
     took 60 s (it passed, only slowly, until this was checked)."""
-    line = r"^(\S+ \S+) \S+ kumiko_jobs\.worker: worker (\S+?):? (\d+ lane steps|stopped after)"
+    line = r"^(\S+ \S+ \S+ kumiko_jobs\.worker: worker (\S+?):? (\d+ lane steps|stopped after))"
     ended: dict[str, datetime] = {}
     stops = 0
-    for at, worker, what in re.findall(line, output, flags=re.MULTILINE):
-        when = datetime.strptime(at, "%Y-%m-%d %H:%M:%S,%f")
+    for text, worker, what in re.findall(line, output, flags=re.MULTILINE):
+        when = logged_at(text)
         if what != "stopped after":
             ended[worker] = when
             continue

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from django.db import connection, transaction
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.models import JobRun, RunStatus
-from tests.integration.support import holds_for, in_started_registry, log_messages, wait_until
+from tests.integration.support import holds_for, in_started_registry, log_messages, logged_at, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -152,7 +151,7 @@ def test_idle_workers_stop_at_once_not_after_their_wait_for_work(
 
 def _logged_at(output: str, marker: str) -> float:
     [line] = [line for line in output.splitlines() if marker in line]
-    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return logged_at(line).timestamp()
 
 
 def cold_stop(worker: Any) -> None:
