@@ -161,7 +161,10 @@ class LaneWorker(SimpleWorker):
         try:
             writer.join(RECYCLE_WAIT)
         finally:
-            if writer.is_alive() and (unwritten := writer.unwritten):
+            # Not ``writer.is_alive()``: on Python 3.12 a join cut off by an exception (the second
+            # signal's SystemExit) marks the thread stopped while it still runs (its lock
+            # "acquired" per bpo-45274's handling). The count is the writer's own.
+            if unwritten := writer.unwritten:
                 logger.warning(
                     "worker %s: stopping with %d success(es) whose write has not returned; once "
                     "their leases expire (ABANDON_AFTER), a reaper settles each run by its record: "
