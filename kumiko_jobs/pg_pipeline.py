@@ -5,8 +5,9 @@ statements outside any transaction, committed without waiting for the WAL flush.
 a Django cursor, psycopg's client-side binding quotes each of the ~30 parameters in Python,
 PostgreSQL parses and plans the 33-column INSERT again (~110 us of its ~320), and the caller
 sits idle meanwhile: together more than RQ's whole enqueue. Here the statement and a
-``set_config('synchronous_commit', 'off', true)`` are prepared once per connection and go out in
-libpq's pipeline mode, the setting first, then the statement with text parameters, and one
+``set_config('synchronous_commit', 'off', true)`` are prepared once per connection (the Parse
+goes out in the same pipeline as their first use) and go out in libpq's pipeline mode, the
+setting first, then the statement with text parameters, and one
 Sync: one implicit transaction, so the setting ends with it, and one round trip. ``send`` returns at once: a
 dispatch pushes to Redis while PostgreSQL inserts its row. (``SET LOCAL`` would apply too, but
 the server answers it with a WARNING on every statement outside an explicit transaction.)
@@ -24,7 +25,9 @@ writer thread writes the successes of its job threads so (success_writes.py).
 Prepared statements are named after their SQL's hash. Where one goes missing (a pooler such as
 PgBouncer in transaction mode hands the session to another server connection: "prepared
 statement does not exist"), nothing ran, so the statement is sent again unprepared, and that
-database alias prepares nothing more in this process.
+database alias prepares nothing more in this process. Where a name is there already (a session
+another client prepared it on), the Parse fails with 42P05 and nothing ran: the name is known
+from then on, and the statements are sent again.
 """
 
 from __future__ import annotations
@@ -87,17 +90,19 @@ Statement = tuple[bytes, Sequence[bytes | None]]  # SQL with $n placeholders, te
 class Pending:
     """Statements sent and not yet answered; ``wait()`` reads their answer (exactly once)."""
 
-    __slots__ = ("_connection", "_pgconn", "_prepared", "_statements")
+    __slots__ = ("_connection", "_pgconn", "_preparing", "_statements")
 
     def __init__(
         self,
         connection: BaseDatabaseWrapper,
         pgconn: Any,
         statements: Sequence[Statement],
-        prepared: bool,
+        preparing: Sequence[bytes | None] | None,
     ) -> None:
         self._connection, self._pgconn = connection, pgconn
-        self._statements, self._prepared = statements, prepared
+        # Per result to come: the name a Parse prepares, or None for a statement's own result;
+        # None when the statements went out unprepared.
+        self._statements, self._preparing = statements, preparing
 
     def wait(self) -> int:
         """The (last) statement's row count; a database error is raised as Django's."""
@@ -113,15 +118,37 @@ class Pending:
                 # Answers still unread: the connection cannot take another statement.
                 self._connection.close()
                 raise
+            preparing = self._preparing
+            answers = results if preparing is None else self._note_prepared(preparing, results)
             failed = _failure(results)
-            if failed is not None and self._prepared and _sqlstate(failed) == _UNKNOWN_PREPARED:
-                # Nothing ran (the implicit transaction ended at the error): send it unprepared.
-                _switch_to_unprepared(self._connection.alias)
-                return send_all(self._connection, self._statements).wait_all()
+            if failed is not None and self._preparing is not None:
+                state = _sqlstate(failed)
+                if state == _UNKNOWN_PREPARED:
+                    # Nothing ran (the implicit transaction ended at the error): send it unprepared.
+                    _switch_to_unprepared(self._connection.alias)
+                    return send_all(self._connection, self._statements).wait_all()
+                if state == _DUPLICATE_PREPARED:
+                    # The session had the name already (a pooler's server connection that another
+                    # client prepared it on): known now, so sent again without the Parse.
+                    return send_all(self._connection, self._statements).wait_all()
             if failed is not None:
                 _raise(failed)
-            # The first result is set_config's.
-            return [int(result.command_tuples or 0) for result in results[1:]]
+            # The first answer is set_config's.
+            return [int(result.command_tuples or 0) for result in answers[1:]]
+
+    def _note_prepared(self, preparing: Sequence[bytes | None], results: list[Any]) -> list[Any]:
+        """Remember the names whose Parse succeeded (a prepared statement outlives a failed
+        transaction, and one already there answers 42P05); return the statements' own results."""
+        from psycopg import pq
+
+        known = _prepared.setdefault(self._connection.connection, set())
+        answers = []
+        for name, result in zip(preparing, results, strict=True):
+            if name is None:
+                answers.append(result)
+            elif result.status == pq.ExecStatus.COMMAND_OK or _sqlstate(result) == _DUPLICATE_PREPARED:
+                known.add(name)
+        return answers
 
 
 def send(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> Pending:
@@ -141,47 +168,39 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
             from psycopg import OperationalError
 
             raise OperationalError("the connection is closed, broken or inside a transaction")
-        prepared = connection.alias not in _unprepared
         # The setting goes first, as one more statement: prepared like the others (parsing and
         # planning it on every call delayed the answer ~15 us).
         sent: list[Statement] = [(_ASYNC_COMMIT, ()), *statements]
-        # Prepared (one blocking round trip on a statement's first use here) before the pipeline.
-        names = [_prepared_name(connection, pgconn, sql) if prepared else None for sql, _ in sent]
+        preparing: list[bytes | None] | None = [] if connection.alias not in _unprepared else None
+        known = _prepared.get(connection.connection) or set()
         pgconn.enter_pipeline_mode()
         try:
-            for (sql, params), name in zip(sent, names, strict=True):
-                if name is None:
+            for sql, params in sent:
+                if preparing is None:
                     pgconn.send_query_params(sql, params)
-                else:
-                    pgconn.send_query_prepared(name, params)
+                    continue
+                name = _name_of(sql)
+                if name not in known:
+                    # A statement's first use on this connection prepares it in the same
+                    # pipeline, not in a round trip of its own first: with Django's default
+                    # CONN_MAX_AGE a request's connection is new, and its first dispatch would
+                    # wait for two more answers.
+                    pgconn.send_prepare(name, sql)
+                    preparing.append(name)
+                pgconn.send_query_prepared(name, params)
+                preparing.append(None)
             pgconn.pipeline_sync()
             while pgconn.flush():  # non-blocking libpq: 1 while output is left
                 select.select([], [pgconn.socket], [])
         except BaseException:
             connection.close()
             raise
-    return Pending(connection, pgconn, statements, any(name is not None for name in names))
+    return Pending(connection, pgconn, statements, preparing)
 
 
 def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> int:
     """``send`` and wait: the statement's row count."""
     return send(connection, sql, params).wait()
-
-
-def _prepared_name(connection: BaseDatabaseWrapper, pgconn: Any, sql: bytes) -> bytes | None:
-    """The name ``sql`` is prepared under on this connection (prepared now, in one blocking round
-    trip, on its first use here), or None to send it unprepared (the prepare failed: the
-    statement, sent as it is, fails the same way if the SQL or the connection is at fault)."""
-    names = _prepared.setdefault(connection.connection, set())
-    name = _name_of(sql)
-    if name not in names:
-        result = pgconn.prepare(name, sql)
-        from psycopg import pq
-
-        if result.status != pq.ExecStatus.COMMAND_OK and _sqlstate(result) != _DUPLICATE_PREPARED:
-            return None
-        names.add(name)
-    return name
 
 
 def _switch_to_unprepared(alias: str) -> None:

@@ -206,3 +206,57 @@ def test_pipelined_writes_off_sends_them_through_a_cursor(settings: Any) -> None
     records.insert_queued([_row("on")])
     assert len(_prepared_here()) == 2  # set_config and the INSERT, prepared on this session
     assert JobRun.objects.get(job_id="off-job").error == "through a cursor"
+
+
+def test_a_new_connection_prepares_in_the_pipeline_and_a_name_the_session_holds_is_reused() -> None:
+    connection.close()
+    records.insert_queued([_row("first")])  # a new session: the Parse goes out with the statement
+    assert len(_prepared_here()) == 2
+    # A session with our names but a new client (a pooler's server connection in session mode):
+    # each Parse answers 42P05, and the statements are sent again without it.
+    held = _prepared_here()
+    pg_pipeline._prepared.pop(connection.connection)
+    records.insert_queued([_row("held")])
+    assert sorted(_prepared_here()) == sorted(held)
+    assert len(pg_pipeline._prepared[connection.connection]) == 2
+    assert JobRun.objects.filter(job_id__in=["first-job", "held-job"]).count() == 2
+    assert connection.alias not in pg_pipeline._unprepared
+
+
+def test_a_statement_failing_on_a_new_connection_leaves_its_names_prepared() -> None:
+    row = _row("check")
+    records.insert_queued([row])
+    connection.close()
+    with pytest.raises(IntegrityError, match="kj_run_attempt_positive"):
+        records.update_run(row.id, attempt=0)  # the Parses succeeded, the UPDATE did not
+    assert len(pg_pipeline._prepared[connection.connection]) == 2
+    assert len(_prepared_here()) == 2
+    assert records.update_run(row.id, attempt=3) == 1
+    assert JobRun.objects.get(pk=row.id).attempt == 3
+
+
+def test_writes_through_djangos_connection_pool_keep_their_prepared_statements() -> None:
+    """Django's pool (``"OPTIONS": {"pool": ...}``, psycopg-pool) hands the same session back:
+    the statements prepared on it are used again, not lost (which would switch the alias to
+    unprepared writes, as behind PgBouncer in transaction mode)."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    options = {**connection.settings_dict["OPTIONS"], "pool": {"min_size": 1, "max_size": 1}}
+    pooled = DatabaseWrapper({**connection.settings_dict, "OPTIONS": options}, alias="kj_pooled")
+    try:
+        assert pg_pipeline.available(pooled)
+        sql = b"INSERT INTO kumiko_jobs_jobrun SELECT * FROM kumiko_jobs_jobrun WHERE FALSE"
+        assert pg_pipeline.execute(pooled, sql, []) == 0
+        session = pooled.connection
+        pooled.close()  # back to the pool, as at the end of a request
+        pooled.ensure_connection()
+        assert pooled.connection is session
+        assert pg_pipeline.execute(pooled, sql, []) == 0
+        assert "kj_pooled" not in pg_pipeline._unprepared
+        with pooled.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'kumiko_%%'")
+            assert cursor.fetchone() == (2,)
+    finally:
+        pg_pipeline._unprepared.discard("kj_pooled")
+        pooled.close()
+        pooled.close_pool()
