@@ -100,12 +100,13 @@ def pgbouncer_url(transactional_db: None) -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _dispatch_through(url: str, env: dict[str, str], tag: str) -> str:
-    """Dispatch RUNS runs of tests.record and one fan-out wrapper (the worker reads the tenants
-    and writes its children's rows in one batch) from a process whose database is ``url``."""
+def _dispatch_through(url: str, env: dict[str, str], tag: str, records: int = RUNS) -> str:
+    """Dispatch ``records`` runs of tests.record and one fan-out wrapper (the worker reads the
+    tenants and writes its children's rows in one batch) from a process whose database is
+    ``url``."""
     code = (
         "from kumiko_jobs import dispatch\n"
-        f"for i in range({RUNS}):\n"
+        f"for i in range({records}):\n"
         f"    dispatch('tests.record', {{'n': i}}, correlation_id={tag!r})\n"
         f"dispatch('tests.per_tenant', {{}}, correlation_id={tag!r})\n"
     )
@@ -128,8 +129,8 @@ def test_dispatch_and_workers_behind_pgbouncer_switch_to_unprepared_and_lose_not
 ) -> None:
     pooled = {**worker_env, "KUMIKO_TEST_POOLED": "1"}  # DISABLE_SERVER_SIDE_CURSORS, as Django asks
     output = _dispatch_through(pgbouncer_url, pooled, "pooled")
-    # One client, transactions one after another: the prepare and the statement land on the two
-    # server connections in turn, so the first dispatch finds its statement missing.
+    # One client, transactions one after another: they land on the two server connections in
+    # turn, so the second dispatch finds the statements the first prepared missing.
     assert output.count(MISSING) == 1, output
     runs = JobRun.objects.filter(correlation_id="pooled", job_name="tests.record")
     assert runs.count() == RUNS
@@ -163,9 +164,16 @@ def test_a_fan_out_whose_tenants_come_through_a_lost_server_side_cursor_fails_wi
 ) -> None:
     """Without DISABLE_SERVER_SIDE_CURSORS, the demo's ACTIVE_TENANTS (.iterator()) declares its
     cursor on one server connection and fetches on the other: the wrapper fails, naming the cure,
-    and enqueues no child."""
-    _dispatch_through(pgbouncer_url, worker_env, "unpooled")
-    worker = start_worker("worker", "--burst", env={"DATABASE_URL": pgbouncer_url}, wait=False)
+    and enqueues no child.
+
+    Only the wrapper, and no scheduler thread: the cursor's transactions then alternate between
+    the two server connections. Other clients' transactions in between, such as the writer
+    thread's success writes of earlier runs, could bring the FETCH back to the DECLARE's server
+    connection, and the wrapper would succeed: with 30 runs before it, 1 of 10 runs failed."""
+    _dispatch_through(pgbouncer_url, worker_env, "unpooled", records=0)
+    worker = start_worker(
+        "worker", "--burst", "--no-scheduler", env={"DATABASE_URL": pgbouncer_url}, wait=False
+    )
     assert worker.wait(60) == 0, worker.output()
     wrapper = JobRun.objects.get(job_name="_per_tenant:tests.per_tenant")
     assert wrapper.status == RunStatus.FAILED
