@@ -180,7 +180,7 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
                     pgconn.send_query_params(sql, params)
                     continue
                 name = _name_of(sql)
-                if name not in known:
+                if name not in known and name not in preparing:  # a writer's batch repeats its SQL
                     # A statement's first use on this connection prepares it in the same
                     # pipeline, not in a round trip of its own first: with Django's default
                     # CONN_MAX_AGE a request's connection is new, and its first dispatch would

@@ -3,6 +3,7 @@ commit confined to its statement, prepared statements that may vanish, errors as
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -260,3 +261,55 @@ def test_writes_through_djangos_connection_pool_keep_their_prepared_statements()
         pg_pipeline._unprepared.discard("kj_pooled")
         pooled.close()
         pooled.close_pool()
+
+
+def _rollbacks() -> int:
+    """This database's aborted transactions, as the statistics have them (a closed session's
+    counts are flushed when its backend exits)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+        row = cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def _wait_until_gone(sql: str, pid: int) -> None:
+    """Until no client backend of this database matches ``sql`` (a condition on pid and the
+    parameter ``pid``): exited, and so flushed its statistics."""
+    deadline = time.monotonic() + 10
+    query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(query + "backend_type = 'client backend' AND " + sql, [pid])
+            if cursor.fetchone() == (0,):
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"backends where {sql % pid} did not exit")
+
+
+def test_a_batch_repeating_one_statement_prepares_it_once_on_a_new_connection() -> None:
+    """A writer's batch sends the same UPDATE for each success: one Parse, not one each (a second
+    Parse of the name would fail, abort the batch and send it again)."""
+    rows = [_row(f"batch-{n}") for n in range(3)]
+    records.insert_queued(rows)
+    sql = b"UPDATE kumiko_jobs_jobrun SET error = $1 WHERE id = $2"
+    connection.close()
+    connection.ensure_connection()
+    session = connection.connection
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone() or (0,)
+    _wait_until_gone("pid <> %s", pid)  # earlier sessions' aborted transactions are counted
+    before = _rollbacks()
+    statements = [(sql, [f"batch {n}".encode(), row.id.hex.encode()]) for n, row in enumerate(rows)]
+    assert pg_pipeline.send_all(connection, statements).wait_all() == [1, 1, 1]
+    assert len(pg_pipeline._prepared[session]) == 2
+    connection.close()  # its backend flushes its counts as it exits, before it leaves pg_stat_activity
+    _wait_until_gone("pid = %s", pid)
+    assert _rollbacks() == before
+    assert sorted(JobRun.objects.filter(job_id__startswith="batch-").values_list("error", flat=True)) == [
+        "batch 0",
+        "batch 1",
+        "batch 2",
+    ]
