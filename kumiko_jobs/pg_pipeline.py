@@ -121,7 +121,7 @@ class Pending:
             preparing = self._preparing
             answers = results if preparing is None else self._note_prepared(preparing, results)
             failed = _failure(results)
-            if failed is not None and self._preparing is not None:
+            if failed is not None and preparing is not None:
                 state = _sqlstate(failed)
                 if state == _UNKNOWN_PREPARED:
                     # Nothing ran (the implicit transaction ended at the error): send it unprepared.
@@ -173,6 +173,7 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
         sent: list[Statement] = [(_ASYNC_COMMIT, ()), *statements]
         preparing: list[bytes | None] | None = [] if connection.alias not in _unprepared else None
         known = _prepared.get(connection.connection) or set()
+        parsing: set[bytes] = set()  # a writer's batch repeats its SQL: one Parse a name
         pgconn.enter_pipeline_mode()
         try:
             for sql, params in sent:
@@ -180,12 +181,13 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
                     pgconn.send_query_params(sql, params)
                     continue
                 name = _name_of(sql)
-                if name not in known and name not in preparing:  # a writer's batch repeats its SQL
+                if name not in known and name not in parsing:
                     # A statement's first use on this connection prepares it in the same
                     # pipeline, not in a round trip of its own first: with Django's default
                     # CONN_MAX_AGE a request's connection is new, and its first dispatch would
                     # wait for two more answers.
                     pgconn.send_prepare(name, sql)
+                    parsing.add(name)
                     preparing.append(name)
                 pgconn.send_query_prepared(name, params)
                 preparing.append(None)

@@ -190,8 +190,9 @@ def test_a_nul_in_a_text_value_is_stored_replaced_not_cut_off() -> None:
     assert JobRun.objects.values_list("error", "traceback").get(pk=row.id) == ("before\ufffdafter", "tb")
 
 
-def _prepared_here() -> list[str]:
-    with connection.cursor() as cursor:
+def _prepared_here(on: Any = connection) -> list[str]:
+    """The names of our statements prepared on the session of ``on`` (a Django connection)."""
+    with on.cursor() as cursor:
         cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'kumiko_%%'")
         return [name for (name,) in cursor.fetchall()]
 
@@ -254,9 +255,7 @@ def test_writes_through_djangos_connection_pool_keep_their_prepared_statements()
         assert pooled.connection is session
         assert pg_pipeline.execute(pooled, sql, []) == 0
         assert "kj_pooled" not in pg_pipeline._unprepared
-        with pooled.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'kumiko_%%'")
-            assert cursor.fetchone() == (2,)
+        assert len(_prepared_here(pooled)) == 2
     finally:
         pg_pipeline._unprepared.discard("kj_pooled")
         pooled.close()
