@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from django.db import connections
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -118,22 +118,37 @@ class Statement:
 
     def copy(self, cursor: CursorWrapper, rows: Sequence[RunRow]) -> None:
         """Insert many rows with COPY on PostgreSQL (psycopg 3), inside a transaction: up to 4x
-        the rows/s of multi-row INSERTs, whose parameters the driver quotes one by one. COPY
-        cannot skip conflicts, so the rows go to a temporary table first and one INSERT ... SELECT
-        moves them over ON CONFLICT DO NOTHING (a worker may have created a child's row already)."""
+        the rows/s of multi-row INSERTs, whose parameters the driver quotes one by one.
+
+        COPY cannot skip conflicts. A row that exists already is rare (a worker that ran a
+        fan-out child before its batch's COPY reached it; a retried wrapper's children are
+        filtered out before), so the rows go straight into the table under a savepoint. Only
+        when one of them exists do they go the slow way: into a temporary table, then one
+        INSERT ... SELECT ON CONFLICT DO NOTHING. Measured (PostgreSQL 15, 1,000 rows): 13 ms
+        straight in, 20 ms through the temporary table."""
+        try:
+            with transaction.atomic(using=cursor.db.alias):
+                self._copy_into(cursor, self.table, rows)
+            return
+        except IntegrityError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != UNIQUE_VIOLATION:
+                raise
         cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGE} (LIKE {self.table}) ON COMMIT DROP")
-        with (
-            cursor.db.wrap_database_errors,
-            cursor.cursor.copy(f"COPY {STAGE} ({self.columns}) FROM STDIN") as copy,
-        ):
-            for row in rows:
-                copy.write_row((*_read(row), *self.copy_constants))
+        self._copy_into(cursor, STAGE, rows)
         # Only names of this model and the staging table: nothing in the text comes from input.
         cursor.execute(
             f"INSERT INTO {self.table} ({self.columns}) SELECT {self.columns} FROM {STAGE} "  # noqa: S608
             "ON CONFLICT DO NOTHING"
         )
         cursor.execute(f"TRUNCATE {STAGE}")  # a second COPY in the same transaction starts empty
+
+    def _copy_into(self, cursor: CursorWrapper, table: str, rows: Sequence[RunRow]) -> None:
+        with (
+            cursor.db.wrap_database_errors,
+            cursor.cursor.copy(f"COPY {table} ({self.columns}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row((*_read(row), *self.copy_constants))
 
 
 @cache
@@ -167,6 +182,8 @@ def statement(alias: str) -> Statement:
 # 100 rows 9,900 vs 24,600; 500 rows 9,600 vs 38,500.
 COPY_FROM = 20
 STAGE = "kumiko_jobs_stage"
+# SQLSTATE unique_violation: a row with the same id or job id exists.
+UNIQUE_VIOLATION = "23505"
 
 
 def can_copy(cursor: CursorWrapper) -> bool:

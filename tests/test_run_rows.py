@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from kumiko_jobs import dispatch, records, run_rows
 from kumiko_jobs.attempt_records import Started
@@ -111,6 +111,34 @@ def test_two_copies_in_one_transaction_insert_both_sets() -> None:
 def test_the_copy_path_is_taken_on_postgresql() -> None:
     with connection.cursor() as cursor:
         assert run_rows.can_copy(cursor) == (connection.vendor == "postgresql")
+
+
+def _staged_in_this_transaction() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [f"pg_temp.{run_rows.STAGE}"])
+        return cursor.fetchone()[0] is not None
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
+def test_a_copy_goes_straight_into_the_table_and_through_the_stage_only_on_a_conflict() -> None:
+    fresh, clashing = _rows(run_rows.COPY_FROM, tag="f"), _rows(run_rows.COPY_FROM, tag="c")
+    records.insert_queued(clashing[-1:])
+    with transaction.atomic():
+        records.insert_queued(fresh)
+        assert not _staged_in_this_transaction()
+        records.insert_queued(clashing)  # its last row exists: the savepoint rolls back, staged
+        assert _staged_in_this_transaction()
+    stored = JobRun.objects.filter(job_id__regex=r"^[fc]-").values_list("job_id", flat=True)
+    assert sorted(stored) == sorted(r.job_id for r in fresh + clashing)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
+def test_a_copy_that_breaks_a_check_constraint_raises_and_writes_nothing() -> None:
+    rows = _rows(run_rows.COPY_FROM, tag="k")
+    rows[3].attempt = 0  # kj_run_attempt_positive: no staging can mend that
+    with pytest.raises(IntegrityError, match="kj_run_attempt_positive"):
+        records.insert_queued(rows)
+    assert not JobRun.objects.filter(job_id__startswith="k-").exists()
 
 
 def _wrapper(settings: Any, redis_client: Any) -> tuple[JobMeta, Started]:
