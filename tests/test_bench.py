@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.db import connection
 
 from kumiko_jobs.conf import redis_url
 
@@ -134,6 +135,10 @@ def test_quick_bench_reports_every_row_and_cleans_up(
     assert not missing, markdown
     for label in ("dispatch()", "rq Queue.enqueue"):
         assert re.search(r"\d+ us CPU and \d+ us waiting a call", _row(markdown, label) or ""), markdown
+    besides = r"CPU a call besides this process: Redis \d+ us"
+    assert re.search(besides + r"\s*\|", _row(markdown, "rq Queue.enqueue") or ""), markdown
+    # The quick bench runs on SQLite (above), whose work is the bench process's own.
+    assert re.search(f"{besides}, sqlite works in this process", _row(markdown, "dispatch()") or ""), markdown
     assert not list(redis_client.scan_iter(match=f"*{kumiko_prefix}*"))
     assert _peer_default_keys(redis_client) - foreign_before == set()
 
@@ -282,3 +287,18 @@ def test_processes_ceiling_is_all_cores_at_the_measured_cpu_a_job() -> None:
         == f"{cpus} cores at that CPU a job allow {most:,.0f}/s, {most / 2000:.2f}x of one process"
     )
     assert load_note(loads) == f"machine busy 1.8 of {cpus} cores meanwhile, 625 us CPU a job"
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="a PostgreSQL backend's CPU")
+def test_the_dispatch_rows_read_the_cpu_of_this_connections_backend() -> None:
+    from bench.dispatch_rate import _backend_pid, _process_cpu
+
+    backend = _backend_pid()
+    assert backend is not None  # the suite's PostgreSQL runs on this machine
+    before = _process_cpu(backend)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM generate_series(1, 3000000)")
+    after = _process_cpu(backend)
+    assert before is not None and after is not None
+    assert after - before >= 0.05, (before, after)  # the query's CPU, in this backend
