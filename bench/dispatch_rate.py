@@ -103,8 +103,8 @@ class ServerCpu:
 
 
 def _backend_pid() -> int | None:
-    """The PostgreSQL backend serving this process's connection, when its /proc entry can be
-    read here (the database on this machine); None otherwise."""
+    """The PostgreSQL backend serving this process's connection, when it runs on this machine
+    and its /proc entry can be read; None otherwise."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -112,7 +112,12 @@ def _backend_pid() -> int | None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = int(cursor.fetchone()[0])
-    return pid if _process_cpu(pid) is not None else None
+    try:
+        # A database on another host has its own pids: the same number here is someone else.
+        local = Path(f"/proc/{pid}/comm").read_text().startswith("postgres")
+    except OSError:
+        local = False
+    return pid if local and _process_cpu(pid) is not None else None
 
 
 def _process_cpu(pid: int) -> float | None:
