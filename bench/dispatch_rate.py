@@ -6,7 +6,7 @@ does not always favour the same side.
 
 Besides this process's CPU a call, each side's note gives the CPU that Redis and (for
 dispatch) this connection's PostgreSQL backend spent for it. On a machine with few cores the
-three share them, so a call's wall time follows the sum more than any round trip.
+three share them, so the servers' CPU, not only the round trips, is in a call's wall time.
 """
 
 from __future__ import annotations
