@@ -216,7 +216,7 @@ def record_pushes(
     now = timezone.now()
     new_rows = [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued"]
     if new_rows and not rows_exist:
-        records.insert_queued(new_rows)
+        records.insert_queued(new_rows, after_push=True)
     for p, o in zip(prepared, outcomes, strict=True):
         if o.dropped:
             drop_replaced(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")

@@ -135,7 +135,7 @@ def _enqueue_batch(
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
         # recording ("duplicate"): the unique job id makes this idempotent.
         rows = [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
-        records.insert_queued(rows)
+        records.insert_queued(rows, after_push=True)
     # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
     run_events.queued(rows)
     return len(tenants)

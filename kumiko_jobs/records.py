@@ -33,8 +33,10 @@ from kumiko_jobs.run_rows import RunRow
 logger = logging.getLogger("kumiko_jobs")
 
 
-def insert_queued(rows: Sequence[RunRow]) -> None:
-    """Insert new runs' rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING)."""
+def insert_queued(rows: Sequence[RunRow], *, after_push: bool = False) -> None:
+    """Insert new runs' rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING).
+    ``after_push``: the runs are in Redis already, so a worker may have written some of these
+    rows; a COPY then takes the path that skips them at once (run_rows.Statement.copy)."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
     statement = run_rows.statement(alias)
@@ -49,7 +51,7 @@ def insert_queued(rows: Sequence[RunRow]) -> None:
         if own_transaction and connection.vendor == "postgresql":
             cursor.execute("SET LOCAL synchronous_commit TO OFF")  # one commit for the batch
         if len(rows) >= run_rows.COPY_FROM and run_rows.can_copy(cursor):
-            statement.copy(cursor, rows)
+            statement.copy(cursor, rows, straight=not after_push)
             return
         # Measured: one multi-row INSERT beats a pipelined executemany on PostgreSQL.
         for batch in run_rows.batches(rows):

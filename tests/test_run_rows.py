@@ -133,6 +133,15 @@ def test_a_copy_goes_straight_into_the_table_and_through_the_stage_only_on_a_con
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
+def test_rows_written_after_their_push_go_through_the_stage_at_once() -> None:
+    rows = _rows(run_rows.COPY_FROM, tag="p")
+    with transaction.atomic():
+        records.insert_queued(rows, after_push=True)  # workers may have written some already
+        assert _staged_in_this_transaction()
+    assert JobRun.objects.filter(job_id__startswith="p-").count() == run_rows.COPY_FROM
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
 def test_a_copy_that_breaks_a_check_constraint_raises_and_writes_nothing() -> None:
     rows = _rows(run_rows.COPY_FROM, tag="k")
     rows[3].attempt = 0  # kj_run_attempt_positive: no staging can mend that
@@ -184,3 +193,30 @@ def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
     run_fan_out(meta, start, "tests.per_tenant")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 150
     assert drain() == {"succeeded": 151}
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
+@pytest.mark.parametrize(
+    ("target", "staged"),
+    [
+        ("tests.per_tenant", False),  # rows written while Redis runs the push: straight in
+        ("tests.per_tenant_limited", True),  # pushed first (skip limits), then written: staged
+    ],
+)
+def test_a_fan_out_stages_its_rows_only_when_it_writes_them_after_the_push(
+    settings: Any, redis_client: Any, target: str, staged: bool
+) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": "tests.testapp.tenants.many"}
+    wrapper = dispatch(target, {})
+    assert wrapper.job_id is not None
+    meta = JobMeta.from_json(redis_client.hget(get_keys().job(wrapper.job_id), "meta"))
+    statements: list[str] = []
+
+    def collect(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(collect):
+        run_fan_out(meta, Started(wrapper.job_id, {}, "w", datetime.now(UTC)), target)
+    assert any(sql.startswith("CREATE TEMPORARY TABLE") for sql in statements) == staged
+    assert JobRun.objects.filter(job_name=target).count() == 150
