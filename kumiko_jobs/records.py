@@ -51,7 +51,7 @@ def insert_queued(rows: Sequence[RunRow], *, after_push: bool = False) -> None:
         if own_transaction and connection.vendor == "postgresql":
             cursor.execute("SET LOCAL synchronous_commit TO OFF")  # one commit for the batch
         if len(rows) >= run_rows.COPY_FROM and run_rows.can_copy(cursor):
-            statement.copy(cursor, rows, straight=not after_push)
+            statement.copy(cursor, rows, after_push=after_push)
             return
         # Measured: one multi-row INSERT beats a pipelined executemany on PostgreSQL.
         for batch in run_rows.batches(rows):

@@ -116,7 +116,7 @@ class Statement:
         sql = f"INSERT INTO {self.table} ({self.columns}) VALUES {values} ON CONFLICT DO NOTHING"  # noqa: S608
         return f"{sql} RETURNING {returning}" if returning else sql
 
-    def copy(self, cursor: CursorWrapper, rows: Sequence[RunRow], *, straight: bool = True) -> None:
+    def copy(self, cursor: CursorWrapper, rows: Sequence[RunRow], *, after_push: bool = False) -> None:
         """Insert many rows with COPY on PostgreSQL (psycopg 3), inside a transaction: up to 4x
         the rows/s of multi-row INSERTs, whose parameters the driver quotes one by one.
 
@@ -127,9 +127,9 @@ class Statement:
         children are filtered out before). Measured (PostgreSQL 15, 1,000 rows): 13 ms straight
         in, 20 ms through the temporary table; a fan-out to 10,000 tenants with runjobs
         --threads 8 serving the lane had 1 or 2 of its 10 batches go the slow way, their rows
-        written while Redis ran the push. ``straight`` False: the rows are written after their
-        push, when workers have had a head start, and go the slow way at once."""
-        if straight:
+        written while Redis ran the push. ``after_push``: the rows are written after their push,
+        when workers have had a head start, and go the slow way at once."""
+        if not after_push:
             try:
                 with transaction.atomic(using=cursor.db.alias):
                     self._copy_into(cursor, self.table, rows)
