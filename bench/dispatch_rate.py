@@ -11,7 +11,6 @@ three share them, so the servers' CPU, not only the round trips, is in a call's 
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from bench.environment import BenchEnv, BenchError
+from bench.machine_cpu import process_cpu
 from bench.results import Rate
 from bench.rqtasks import noop
 
@@ -103,8 +103,8 @@ class ServerCpu:
 
 
 def _backend_pid() -> int | None:
-    """The PostgreSQL backend serving this process's connection, when it runs on this machine
-    and its /proc entry can be read; None otherwise."""
+    """The PostgreSQL backend serving this process's connection, when it runs on this machine;
+    None otherwise."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -117,17 +117,7 @@ def _backend_pid() -> int | None:
         local = Path(f"/proc/{pid}/comm").read_text().startswith("postgres")
     except OSError:
         local = False
-    return pid if local and _process_cpu(pid) is not None else None
-
-
-def _process_cpu(pid: int) -> float | None:
-    """User and system CPU seconds of process ``pid`` (/proc/<pid>/stat), None if unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    # After the command name: state is field 3, utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return pid if local else None
 
 
 def _server_cpu(client: redis.Redis, backend: int | None) -> tuple[float, float | None]:
@@ -136,7 +126,7 @@ def _server_cpu(client: redis.Redis, backend: int | None) -> tuple[float, float 
     info = client.info("cpu")
     return (
         float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
-        None if backend is None else _process_cpu(backend),
+        None if backend is None else process_cpu(backend),
     )
 
 

@@ -1,4 +1,5 @@
-"""How many cores the whole machine kept busy (/proc/stat) over a span named only afterwards.
+"""How many cores the whole machine kept busy (/proc/stat) over a span named only afterwards,
+and the CPU one process has used (/proc/<pid>/stat).
 
 Every process counts, PostgreSQL and Redis as much as the worker: on a 2-core machine they
 share the cores with it, so this tells a worker that could not scale from one whose database,
@@ -30,6 +31,17 @@ def cores_busy(start: Ticks, end: Ticks, cpus: int) -> float | None:
     """Busy cores between two readings; None when no tick passed."""
     total, idle = end[0] - start[0], end[1] - start[1]
     return (total - idle) / total * cpus if total > 0 else None
+
+
+def process_cpu(pid: int) -> float | None:
+    """User and system CPU seconds of process ``pid`` so far (/proc/<pid>/stat, in the kernel's
+    ticks); None if it cannot be read (another machine's pid, gone, off Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the command name: state is field 3, utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

@@ -292,13 +292,14 @@ def test_processes_ceiling_is_all_cores_at_the_measured_cpu_a_job() -> None:
 @pytest.mark.django_db
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="a PostgreSQL backend's CPU")
 def test_the_dispatch_rows_read_the_cpu_of_this_connections_backend() -> None:
-    from bench.dispatch_rate import _backend_pid, _process_cpu
+    from bench.dispatch_rate import _backend_pid
+    from bench.machine_cpu import process_cpu
 
     backend = _backend_pid()
     assert backend is not None  # the suite's PostgreSQL runs on this machine
-    before = _process_cpu(backend)
+    before = process_cpu(backend)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM generate_series(1, 3000000)")
-    after = _process_cpu(backend)
+    after = process_cpu(backend)
     assert before is not None and after is not None
     assert after - before >= 0.05, (before, after)  # the query's CPU, in this backend
