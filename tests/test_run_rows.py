@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,9 +13,13 @@ from django.db import IntegrityError, connection, transaction
 from kumiko_jobs import dispatch, records, run_rows
 from kumiko_jobs.attempt_records import Started
 from kumiko_jobs.connection import get_keys
+from kumiko_jobs.dispatching import record_pushes
 from kumiko_jobs.fanout import run_fan_out
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
+from kumiko_jobs.preparing import prepare
+from kumiko_jobs.pushing import Pushed
+from kumiko_jobs.registry import registry
 from kumiko_jobs.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -195,6 +200,34 @@ def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
     assert drain() == {"succeeded": 151}
 
 
+def _statements_of(run: Callable[[], object]) -> list[str]:
+    """The SQL that Django's cursors executed while ``run`` ran."""
+    statements: list[str] = []
+
+    def collect(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(collect):
+        run()
+    return statements
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
+def test_runs_recorded_after_their_push_are_staged() -> None:
+    """record_pushes writes the rows of runs Redis accepted already (emit() to many listeners):
+    workers may have written some, so the COPY goes through the temporary table at once."""
+    definition = registry.get("tests.record")
+    prepared = [
+        prepare(definition, {"n": n}, tenant_id=str(n), user_id=None) for n in range(run_rows.COPY_FROM)
+    ]
+    statements = _statements_of(
+        lambda: record_pushes(prepared, [Pushed("queued")] * len(prepared), rows_exist=False, announce=False)
+    )
+    assert any(sql.startswith("CREATE TEMPORARY TABLE") for sql in statements)
+    assert JobRun.objects.filter(pk__in=[p.row.id for p in prepared]).count() == run_rows.COPY_FROM
+
+
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
 @pytest.mark.parametrize(
     ("target", "staged"),
@@ -210,13 +243,7 @@ def test_a_fan_out_stages_its_rows_only_when_it_writes_them_after_the_push(
     wrapper = dispatch(target, {})
     assert wrapper.job_id is not None
     meta = JobMeta.from_json(redis_client.hget(get_keys().job(wrapper.job_id), "meta"))
-    statements: list[str] = []
-
-    def collect(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(collect):
-        run_fan_out(meta, Started(wrapper.job_id, {}, "w", datetime.now(UTC)), target)
+    start = Started(wrapper.job_id, {}, "w", datetime.now(UTC))
+    statements = _statements_of(lambda: run_fan_out(meta, start, target))
     assert any(sql.startswith("CREATE TEMPORARY TABLE") for sql in statements) == staged
     assert JobRun.objects.filter(job_name=target).count() == 150
