@@ -96,7 +96,7 @@ class ServerCpu:
             if connection.vendor != "postgresql":
                 parts.append(f"{connection.vendor} works in this process")
             elif self.postgres is None:
-                parts.append("its PostgreSQL backend unknown (not on this machine)")
+                parts.append("its PostgreSQL backend unknown (on another host, or replaced meanwhile)")
             else:
                 parts.append(f"its PostgreSQL backend {self.postgres / calls * 1e6:,.0f} us")
         return f"; CPU a call besides this process: {', '.join(parts)}"
