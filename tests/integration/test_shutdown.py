@@ -146,7 +146,8 @@ def test_idle_workers_stop_at_once_not_after_their_wait_for_work(
             _logged_at(worker.output(), marker)
             for marker in ("SIGTERM received: no job running", "stopped after 0 jobs")
         )
-        assert stopped - received < 0.6 * MAX_BLOCK, worker.output()
+        # Without the wake it would be most of a fresh MAX_BLOCK (the tokens above restarted it).
+        assert stopped - received < 0.8 * MAX_BLOCK, worker.output()
 
 
 def _logged_at(output: str, marker: str) -> float:
@@ -157,7 +158,7 @@ def _logged_at(output: str, marker: str) -> float:
 def cold_stop(worker: Any) -> None:
     """SIGTERM, then a second one: RQ ignores a second signal within 1 s of the first."""
     worker.signal(signal.SIGTERM)
-    time.sleep(1.2)
+    time.sleep(2)  # a second past RQ's window: its first handler may run late on a busy machine
     worker.signal(signal.SIGTERM)
 
 

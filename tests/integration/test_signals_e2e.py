@@ -21,9 +21,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def test_short_and_long_runs_announce_their_start_once_before_their_outcome(
     start_worker: StartWorker, tenants: list[Any], redis_client: redis.Redis, wait_for_run: Any
 ) -> None:
-    worker = start_worker("worker")
+    # Dispatched before the worker starts: job_queued is sent by this process after the push,
+    # and an idle worker could start (and finish) a short run before it.
     short = dispatch("tests.record", {"n": 1}, tenant=tenants[0])
     long = dispatch("tests.sleeper", {"seconds": 0.6}, tenant=tenants[0])
+    worker = start_worker("worker")
     wait_for_run(long.run_id)
 
     def entries() -> list[dict[str, Any]]:
