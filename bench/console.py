@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from redis.typing import EncodableT, FieldT
 from rich.console import Console
 
 from bench.environment import BenchEnv, BenchError, delete_own_keys, delete_own_rows, vacuum_runs
@@ -128,7 +129,14 @@ def fill_redis(env: BenchEnv) -> None:
     pipe = client.pipeline(transaction=False)
     for lane in LANES:
         for h in range(hour - 23, hour + 1):
-            counts = {"succeeded": 3000, "failed": 60, "retried": 90, "deferred": 10}
+            # Typed as redis-py's hash fields: its stub takes no plain dict[str, int] (Mapping's
+            # key type is invariant).
+            counts: dict[FieldT, EncodableT] = {
+                "succeeded": 3000,
+                "failed": 60,
+                "retried": 90,
+                "deferred": 10,
+            }
             for job in range(JOBS):
                 counts |= {f"j|bench.job{job}|succeeded": 150, f"j|bench.job{job}|failed": 3}
             pipe.hset(keys.stats(lane, h), mapping=counts)
