@@ -118,10 +118,18 @@ def test_the_copy_path_is_taken_on_postgresql() -> None:
         assert run_rows.can_copy(cursor) == (connection.vendor == "postgresql")
 
 
-def _staged_in_this_transaction() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass(%s)", [f"pg_temp.{run_rows.STAGE}"])
-        return cursor.fetchone()[0] is not None
+def _stages(run: Callable[[], object]) -> bool:
+    """Whether ``run`` sent rows through the temporary table: the statement that creates it is
+    executed on that path only (read through Django's cursors, so committed work counts too)."""
+    statements: list[str] = []
+
+    def collect(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(collect):
+        run()
+    return any(sql.startswith("CREATE TEMPORARY TABLE") for sql in statements)
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
@@ -129,10 +137,9 @@ def test_a_copy_goes_straight_into_the_table_and_through_the_stage_only_on_a_con
     fresh, clashing = _rows(run_rows.COPY_FROM, tag="f"), _rows(run_rows.COPY_FROM, tag="c")
     records.insert_queued(clashing[-1:])
     with transaction.atomic():
-        records.insert_queued(fresh)
-        assert not _staged_in_this_transaction()
-        records.insert_queued(clashing)  # its last row exists: the savepoint rolls back, staged
-        assert _staged_in_this_transaction()
+        assert not _stages(lambda: records.insert_queued(fresh))
+        # Its last row exists: the savepoint rolls back, and the rows are staged.
+        assert _stages(lambda: records.insert_queued(clashing))
     stored = JobRun.objects.filter(job_id__regex=r"^[fc]-").values_list("job_id", flat=True)
     assert sorted(stored) == sorted(r.job_id for r in fresh + clashing)
 
@@ -141,8 +148,8 @@ def test_a_copy_goes_straight_into_the_table_and_through_the_stage_only_on_a_con
 def test_rows_written_after_their_push_go_through_the_stage_at_once() -> None:
     rows = _rows(run_rows.COPY_FROM, tag="p")
     with transaction.atomic():
-        records.insert_queued(rows, after_push=True)  # workers may have written some already
-        assert _staged_in_this_transaction()
+        # Workers may have written some already.
+        assert _stages(lambda: records.insert_queued(rows, after_push=True))
     assert JobRun.objects.filter(job_id__startswith="p-").count() == run_rows.COPY_FROM
 
 
@@ -200,19 +207,6 @@ def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
     assert drain() == {"succeeded": 151}
 
 
-def _statements_of(run: Callable[[], object]) -> list[str]:
-    """The SQL that Django's cursors executed while ``run`` ran."""
-    statements: list[str] = []
-
-    def collect(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(collect):
-        run()
-    return statements
-
-
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
 def test_runs_recorded_after_their_push_are_staged() -> None:
     """record_pushes writes the rows of runs Redis accepted already (emit() to many listeners):
@@ -221,10 +215,9 @@ def test_runs_recorded_after_their_push_are_staged() -> None:
     prepared = [
         prepare(definition, {"n": n}, tenant_id=str(n), user_id=None) for n in range(run_rows.COPY_FROM)
     ]
-    statements = _statements_of(
+    assert _stages(
         lambda: record_pushes(prepared, [Pushed("queued")] * len(prepared), rows_exist=False, announce=False)
     )
-    assert any(sql.startswith("CREATE TEMPORARY TABLE") for sql in statements)
     assert JobRun.objects.filter(pk__in=[p.row.id for p in prepared]).count() == run_rows.COPY_FROM
 
 
@@ -244,6 +237,5 @@ def test_a_fan_out_stages_its_rows_only_when_it_writes_them_after_the_push(
     assert wrapper.job_id is not None
     meta = JobMeta.from_json(redis_client.hget(get_keys().job(wrapper.job_id), "meta"))
     start = Started(wrapper.job_id, {}, "w", datetime.now(UTC))
-    statements = _statements_of(lambda: run_fan_out(meta, start, target))
-    assert any(sql.startswith("CREATE TEMPORARY TABLE") for sql in statements) == staged
+    assert _stages(lambda: run_fan_out(meta, start, target)) == staged
     assert JobRun.objects.filter(job_name=target).count() == 150
