@@ -22,6 +22,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 # RQ's global set of queue keys (django-rq's dashboard lists queues from it).
 RQ_QUEUES = "rq:queues"
+# RQ's global set of registered workers' keys (rq:worker:<name>).
+RQ_WORKERS = "rq:workers"
 RQ_JOB_PREFIX = "rq:job:"
 
 # Suffixes of a lane's fair-queue keys, after the lane prefix "<prefix>:<lane>:".

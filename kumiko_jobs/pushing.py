@@ -303,3 +303,11 @@ def _register_queues(client: redis.Redis, lanes: set[str]) -> None:
     if missing:
         client.sadd(RQ_QUEUES, *missing)
         _registered_queues.update(missing)
+
+
+def unregister_queues(client: redis.Redis, queues: Sequence[str]) -> None:
+    """Take ``queues`` (``rq:queue:...`` keys) out of RQ's list of known queues, and out of this
+    process's memory of having listed them, so that a later push lists them again."""
+    if queues:
+        client.srem(RQ_QUEUES, *queues)
+        _registered_queues.difference_update(queues)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import redis
 from django.conf import settings
 
 from kumiko_jobs.async_handlers import close_thread_loop
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.execution import run_claimed
+from kumiko_jobs.keys import RQ_WORKERS, Keys
 from kumiko_jobs.lane import Claim, Finished, count_claims, finish_and_claim, promote_due
+from kumiko_jobs.pushing import unregister_queues
 
 DRAIN_WORKER = "kumiko-drain"
 
@@ -68,6 +72,28 @@ def isolated_prefix(prefix: str | None = None) -> Iterator[str]:
         try:
             yield prefix
         finally:
-            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
+            forget_prefix(client, prefix)
+
+
+def forget_prefix(client: redis.Redis, prefix: str) -> None:
+    """Delete every key of ``prefix``, and its names in RQ's global sets: the lanes' queues a
+    dispatch listed in ``rq:queues`` and workers that never unregistered (killed ones) in
+    ``rq:workers``. Without the second step each test would leave its queues behind, and
+    django-rq's dashboard on a shared Redis would list them all."""
+    names = Keys(prefix)
+    # Job hashes are named by the id tag, which differs from a prefix with characters RQ's ids
+    # do not allow ("test-1" tags its jobs "test_1_<hash>-...").
+    for part in {prefix, names.id_tag}:
+        keys = list(client.scan_iter(match=f"*{_glob_escape(part)}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    unregister_queues(client, [names.queue(lane) for lane in LANES])
+    pattern = Keys.worker(f"*{_glob_escape(prefix)}*")
+    workers = list(client.sscan_iter(RQ_WORKERS, match=pattern, count=1000))
+    if workers:
+        client.srem(RQ_WORKERS, *workers)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by Redis' glob patterns (a prefix "a*" must not match "ab")."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)

@@ -11,18 +11,18 @@ import pytest
 import redis
 
 from kumiko_jobs.connection import get_keys, get_redis
+from kumiko_jobs.testing import forget_prefix
 
 
 @pytest.fixture(autouse=True)
 def kumiko_prefix(settings: Any) -> Iterator[str]:
-    """A fresh QUEUE_PREFIX per test; its Redis keys are deleted afterwards."""
+    """A fresh QUEUE_PREFIX per test; its Redis keys and its names in RQ's global sets are
+    deleted afterwards (testing.forget_prefix)."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "QUEUE_PREFIX": prefix}
     client = get_redis()  # the real one: a test may point the settings at a dead Redis
     yield prefix
-    keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
+    forget_prefix(client, prefix)
 
 
 @pytest.fixture

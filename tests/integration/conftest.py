@@ -55,7 +55,7 @@ def start_worker(
     With ``wait`` it returns once the worker has joined its lane. Every worker is stopped at
     teardown (SIGTERM, SIGKILL after 10 s); its output is printed (shown if the test failed).
     """
-    started: list[tuple[str, WorkerProcess]] = []
+    started: list[WorkerProcess] = []
 
     def start(
         lane: str = "worker", *args: str, env: dict[str, str] | None = None, wait: bool = True
@@ -65,19 +65,18 @@ def start_worker(
         worker = WorkerProcess(
             ["--lane", lane, "--name", name, *args], {**worker_env, **(env or {})}, log_path
         )
-        started.append((name, worker))
+        started.append(worker)
         if wait:
             worker.wait_registered(redis_client, get_keys().claimers(lane), name)
         return worker
 
     yield start
-    for name, worker in started:
+    for worker in started:
         code = worker.stop()
         print(f"----- runjobs {' '.join(worker.args)} (pid {worker.pid}, exit {code}) -----")
         print(worker.output())
-        # A killed worker never unregisters from RQ's global worker set; keep it clean.
-        redis_client.srem("rq:workers", f"rq:worker:{name}")
-    redis_client.srem("rq:queues", *(get_keys().queue(lane) for lane in ("api", "worker")))
+    # A killed worker never unregisters from RQ's global worker set: kumiko_prefix's teardown
+    # (after this one) takes the prefix's workers and queues out of RQ's global sets.
 
 
 @pytest.fixture

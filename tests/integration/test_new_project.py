@@ -25,7 +25,6 @@ from urllib.parse import urlencode
 from urllib.request import HTTPCookieProcessor, Request, build_opener
 
 import pytest
-import redis
 
 from kumiko_jobs.conf import redis_url
 from tests.integration.redis_servers import free_port
@@ -347,10 +346,3 @@ def test_a_new_project_runs_jobs_and_shows_them(
     finally:
         os.killpg(server.pid, 15)
         server.wait(10)
-        # The project's worker registered in RQ's global worker set; leave the shared Redis clean.
-        client = redis.Redis.from_url(redis_url())
-        for name in client.smembers("rq:workers"):
-            if kumiko_prefix in name.decode():
-                client.srem("rq:workers", name)
-        client.srem("rq:queues", *(f"rq:queue:{name}" for name in names))
-        client.close()

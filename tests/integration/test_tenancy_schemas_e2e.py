@@ -26,7 +26,7 @@ import redis
 from psycopg import sql
 
 from kumiko_jobs.conf import redis_url
-from kumiko_jobs.keys import Keys
+from kumiko_jobs.testing import forget_prefix
 from tests.integration.support import REPO_ROOT, WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,6 @@ PG: dict[str, Any] = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 SETTINGS = "tests.integration.tenants_project.settings"
 TENANT_SCHEMAS = ("tenant_alpha", "tenant_beta")
 SCHEMAS = ("public", *TENANT_SCHEMAS)
-LANES = ("api", "worker")
 
 Rows = set[tuple[str, str, str]]
 
@@ -78,21 +77,6 @@ def scenario(env: dict[str, str], step: str) -> str:
     return manage(env, "shell", "--no-imports", "-c", code)
 
 
-def forget_redis_keys(prefix: str) -> None:
-    """Delete what the project left under ``prefix``, and its names in RQ's global sets."""
-    client = redis.Redis.from_url(redis_url())
-    try:
-        keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        for name in client.smembers("rq:workers"):
-            if prefix in name.decode():
-                client.srem("rq:workers", name)
-        client.srem("rq:queues", *(Keys(prefix).queue(lane) for lane in LANES))
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def project() -> Iterator[tuple[str, dict[str, int]]]:
     """(database, {"alpha": id, "beta": id}): a fresh database, migrated, with two tenants."""
@@ -107,7 +91,9 @@ def project() -> Iterator[tuple[str, dict[str, int]]]:
         tenant_ids: dict[str, int] = json.loads(scenario(env, "create_tenants").splitlines()[-1])
         yield database, tenant_ids
     finally:
-        forget_redis_keys(setup_prefix)
+        client = redis.Redis.from_url(redis_url())
+        forget_prefix(client, setup_prefix)
+        client.close()
         with pg("postgres") as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
 
@@ -121,7 +107,6 @@ def env(project: tuple[str, dict[str, int]], kumiko_prefix: str) -> Iterator[dic
             conn.execute(sql.SQL("TRUNCATE {}.notes_note").format(sql.Identifier(schema)))
         conn.execute("TRUNCATE public.kumiko_jobs_jobrun CASCADE")
     yield project_env(database, kumiko_prefix)
-    forget_redis_keys(kumiko_prefix)
 
 
 def run_worker(env: dict[str, str], tmp_path: Path) -> str:

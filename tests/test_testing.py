@@ -1,0 +1,55 @@
+"""kumiko_jobs.testing's clean-up: a test's prefix leaves nothing in Redis, RQ's global sets included."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from kumiko_jobs import dispatch
+from kumiko_jobs.connection import get_keys
+from kumiko_jobs.keys import RQ_QUEUES, RQ_WORKERS, Keys
+from kumiko_jobs.testing import forget_prefix, isolated_prefix
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forget_prefix_takes_the_prefix_out_of_rqs_global_sets(redis_client: redis.Redis) -> None:
+    with isolated_prefix() as prefix:
+        dispatch("tests.record", {"n": 1})
+        queue = get_keys().queue("worker")
+        assert redis_client.sismember(RQ_QUEUES, queue)
+        # What a killed supervisor's child leaves: it never unregisters.
+        redis_client.sadd(RQ_WORKERS, Keys.worker(f"{prefix}-worker-1-p2"))
+        redis_client.sadd(RQ_WORKERS, Keys.worker("someone-else"))
+    try:
+        assert not list(redis_client.scan_iter(match=f"*{prefix}*"))
+        # The prefix has a "-", so its jobs' hashes are named by the sanitised id tag.
+        assert Keys(prefix).id_tag != prefix
+        assert not list(redis_client.scan_iter(match=f"*{Keys(prefix).id_tag}*"))
+        assert not redis_client.sismember(RQ_QUEUES, queue)
+        assert not redis_client.sismember(RQ_WORKERS, Keys.worker(f"{prefix}-worker-1-p2"))
+        assert redis_client.sismember(RQ_WORKERS, Keys.worker("someone-else"))
+    finally:
+        redis_client.srem(RQ_WORKERS, Keys.worker("someone-else"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prefix_used_again_lists_its_queue_again(redis_client: redis.Redis) -> None:
+    with isolated_prefix() as prefix:
+        dispatch("tests.record", {"n": 1})
+        forget_prefix(redis_client, prefix)
+        # This process remembered listing the queue; forgetting the prefix forgets that too.
+        dispatch("tests.record", {"n": 2})
+        assert redis_client.sismember(RQ_QUEUES, get_keys().queue("worker"))
+
+
+def test_a_prefix_with_glob_characters_forgets_only_its_own_keys(redis_client: redis.Redis) -> None:
+    other = f"{uuid.uuid4().hex[:8]}-other"
+    redis_client.set(other, 1)
+    try:
+        forget_prefix(redis_client, "*")
+        forget_prefix(redis_client, "[a-z0-9]")
+        assert redis_client.exists(other)
+    finally:
+        redis_client.delete(other)
