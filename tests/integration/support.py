@@ -78,6 +78,11 @@ class WorkerProcess:
         self.args = args
         self.log_path = log_path
         self._log = log_path.open("wb")
+        # A child inherits an ignored SIGHUP, and runjobs then keeps it ignored (as under nohup).
+        # Start it as a service manager does, with SIGHUP at its default, also when the suite
+        # itself runs under nohup: the SIGHUP test needs a supervisor that hears it.
+        if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "runjobs", *args], cwd=REPO_ROOT, env=env,
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
