@@ -104,7 +104,7 @@ test-packages:
 
 # The suite runs in PYTEST_WORKERS processes (pytest-xdist; 0 runs it in this one). Most of its
 # time is spent waiting for real worker processes, leases, backoffs and outages, not computing:
-# on two cores, 4 processes took the PostgreSQL suite from ~650 s to ~230 s. Each process has
+# on two cores, 4 processes took the PostgreSQL suite from 625 s to 231-234 s. Each process has
 # its own test database (pytest-django adds _gw<n>), and each test its own Redis prefix.
 # worksteal: an idle process takes queued tests from a busy one, so the long end-to-end tests
 # do not pile up at the end of one process's share.

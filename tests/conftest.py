@@ -96,3 +96,20 @@ def staff_client(settings: Any, django_user_model: Any) -> Any:
         return client
 
     return login
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The chaos suite's figures (tests/integration/chaos.py), one line per scenario: kept with
+    each test's report, so they are printed under pytest-xdist too, and also when the test failed."""
+    lines = [
+        f"{report.nodeid.rpartition('::')[2]}: {value}"
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name == "chaos"
+    ]
+    if lines:
+        terminalreporter.section("chaos figures")
+        for line in lines:
+            terminalreporter.line(line)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kumiko_jobs.models import JobRun, RunStatus
 from tests.integration.support import wait_until
@@ -38,6 +37,10 @@ class Ledger:
         return Counter(run_id for event, run_id, *_ in self.lines() if event == "start")
 
 
+# pytest's record_property fixture: (name, value) kept with the test's report.
+RecordProperty = Callable[[str, object], None]
+
+
 @dataclass
 class Figures:
     """What a chaos test measured; printed as one JSON line and checked by the test."""
@@ -49,9 +52,10 @@ class Figures:
     wrong_final: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def report(self, capsys: pytest.CaptureFixture[str]) -> None:
-        with capsys.disabled():
-            print(f"\nchaos {json.dumps(self.__dict__, sort_keys=True)}")
+    def report(self, record_property: RecordProperty) -> None:
+        """Kept with the test's report, which the suite's summary prints (tests/conftest.py):
+        also from pytest-xdist's worker processes, whose own output is not shown."""
+        record_property("chaos", json.dumps(self.__dict__, sort_keys=True))
 
 
 def settle(run_ids: list[str], timeout: float) -> list[JobRun]:

@@ -23,7 +23,7 @@ from kumiko_jobs import QueueUnavailable, dispatch
 from kumiko_jobs.claiming import PREFETCH_PER_THREAD
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.models import JobRun, RunStatus
-from tests.integration.chaos import ABANDON_AFTER, CHAOS_ENV, Ledger, figures_of
+from tests.integration.chaos import ABANDON_AFTER, CHAOS_ENV, Ledger, RecordProperty, figures_of
 from tests.integration.redis_servers import RedisServer, free_port
 from tests.integration.support import REPO_ROOT, wait_until
 
@@ -55,7 +55,7 @@ def dispatch_many(count: int, ms: float = 5.0, **options: Any) -> list[str]:
 
 
 def test_sigkill_loop_loses_nothing_and_recovers_within_the_lease(
-    chaos_workers: Any, ledger: Ledger, capsys: pytest.CaptureFixture[str]
+    chaos_workers: Any, ledger: Ledger, record_property: RecordProperty
 ) -> None:
     rng = random.Random(8)
     run_ids = dispatch_many(1000, ms=20)
@@ -83,7 +83,7 @@ def test_sigkill_loop_loses_nothing_and_recovers_within_the_lease(
     figures.extra.update(
         kills=len(kills), interrupted=len(interrupted), max_recovery_s=round(max(recoveries, default=0), 1)
     )
-    figures.report(capsys)
+    figures.report(record_property)
     assert (figures.lost, figures.wrong_final) == (0, 0)
     assert max(recoveries, default=0) <= ABANDON_AFTER + 10
 
@@ -126,7 +126,7 @@ def private_redis(tmp_path: Path, settings: Any) -> Any:
 
 
 def test_redis_restart_without_persistence_under_load_loses_nothing(
-    chaos_workers: Any, ledger: Ledger, private_redis: Any, capsys: pytest.CaptureFixture[str]
+    chaos_workers: Any, ledger: Ledger, private_redis: Any, record_property: RecordProperty
 ) -> None:
     url, server = private_redis
     env = {"KUMIKO_REDIS_URL": url}
@@ -154,7 +154,7 @@ def test_redis_restart_without_persistence_under_load_loses_nothing(
     figures = figures_of("redis SHUTDOWN NOSAVE + restart under load", accepted, ledger, 120)
     repushed = sum(int(n) for w in workers for n in re.findall(r"pushed (\d+) run\(s\) again", w.output()))
     figures.extra.update(refused_while_down=refused, downtime_s=round(downtime[0], 1), pushed_again=repushed)
-    figures.report(capsys)
+    figures.report(record_property)
     assert all(worker.proc.poll() is None for worker in workers), "a worker died of the outage"
     assert (figures.lost, figures.wrong_final) == (0, 0)
     assert refused > 0 and repushed > 0  # the outage hit dispatches, and Redis lost queued runs
@@ -241,7 +241,7 @@ def test_workers_register_again_after_redis_lost_its_data(
 
 
 def test_a_database_outage_under_load_loses_nothing(
-    chaos_workers: Any, ledger: Ledger, capsys: pytest.CaptureFixture[str]
+    chaos_workers: Any, ledger: Ledger, record_property: RecordProperty
 ) -> None:
     """PostgreSQL drops every worker connection and refuses new ones for a while (a restart, a
     failover): the workers ride it out, every run ends succeeded, recorded as such, none ran
@@ -284,7 +284,7 @@ def test_a_database_outage_under_load_loses_nothing(
     figures.extra.update(
         downtime_s=round(downtime, 1), connections_dropped=dropped, thread_starts_meanwhile=started_meanwhile
     )
-    figures.report(capsys)
+    figures.report(record_property)
     assert dropped >= 2
     assert all(worker.proc.poll() is None for worker in workers), "a worker died of the outage"
     assert (figures.lost, figures.wrong_final) == (0, 0)
@@ -321,7 +321,7 @@ print("committed", flush=True)
 
 
 def test_processes_killed_between_commit_and_push_lose_nothing(
-    chaos_workers: Any, ledger: Ledger, worker_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+    chaos_workers: Any, ledger: Ledger, worker_env: dict[str, str], record_property: RecordProperty
 ) -> None:
     chaos_workers()
     killed = 0
@@ -337,13 +337,13 @@ def test_processes_killed_between_commit_and_push_lose_nothing(
     ]
     figures = figures_of("SIGKILL between COMMIT and push (4 x 250)", run_ids, ledger, 90)
     figures.extra.update(processes_killed=killed)
-    figures.report(capsys)
+    figures.report(record_property)
     assert killed == 4 and len(run_ids) == 1000
     assert (figures.lost, figures.wrong_final) == (0, 0)
 
 
 def test_reaper_killed_after_its_record_write_loses_nothing(
-    chaos_workers: Any, capsys: pytest.CaptureFixture[str]
+    chaos_workers: Any, record_property: RecordProperty
 ) -> None:
     result = dispatch("tests.hang_first", {"seconds": 60})
     holder = chaos_workers()
@@ -358,8 +358,7 @@ def test_reaper_killed_after_its_record_write_loses_nothing(
         lambda: JobRun.objects.filter(pk=result.run_id, status=RunStatus.SUCCEEDED).first(), 30, "retry"
     )
     print_figures = {"reaper_exit": code, "attempt": run.attempt}
-    with capsys.disabled():
-        print(f"\nchaos reaper killed mid-recovery {print_figures}")
+    record_property("chaos", f"reaper killed mid-recovery {print_figures}")
     assert code == -signal.SIGKILL
     assert run.attempt == 2 and survivor.proc.poll() is None
 
@@ -369,7 +368,7 @@ def test_poison_jobs_and_wrong_typed_keys_do_not_stop_the_workers(
     ledger: Ledger,
     redis_client: Any,
     tenants: list[Any],
-    capsys: pytest.CaptureFixture[str],
+    record_property: RecordProperty,
 ) -> None:
     keys = get_keys()
     bad_meta = f"{keys.id_tag}-bad-meta"
@@ -396,7 +395,7 @@ def test_poison_jobs_and_wrong_typed_keys_do_not_stop_the_workers(
         broken_flows=sorted(m.decode() for m in redis_client.smembers(keys.broken_flows("worker"))),
         poison_failed=redis_client.zscore(keys.failed("worker"), bad_meta) is not None,
     )
-    figures.report(capsys)
+    figures.report(record_property)
     assert all(worker.proc.poll() is None for worker in workers)
     assert (figures.lost, figures.wrong_final) == (0, 0)
     assert figures.extra["broken_flows"] == [broken_flow] and figures.extra["poison_failed"]
