@@ -80,13 +80,19 @@ class WorkerProcess:
         self._log = log_path.open("wb")
         # A child inherits an ignored SIGHUP, and runjobs then keeps it ignored (as under nohup).
         # Start it as a service manager does, with SIGHUP at its default, also when the suite
-        # itself runs under nohup: the SIGHUP test needs a supervisor that hears it.
-        if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        # itself runs under nohup (the SIGHUP test needs a supervisor that hears it); the test
+        # process ignores it again at once, so nohup still protects the suite.
+        ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        if ignored:
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runjobs", *args], cwd=REPO_ROOT, env=env,
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "manage.py", "runjobs", *args], cwd=REPO_ROOT, env=env,
+                stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        finally:
+            if ignored:
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     @property
     def pid(self) -> int:
