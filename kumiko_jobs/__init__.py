@@ -15,10 +15,15 @@ from kumiko_jobs.definitions import (
     on_event,
 )
 from kumiko_jobs.exceptions import (
+    DeferralError,
     EscapeHatchDenied,
+    InvalidDispatch,
     InvalidPayload,
     InvalidTenant,
+    JobTimeout,
+    KumikoJobsError,
     QueueUnavailable,
+    UnknownEvent,
     UnknownJob,
     UnrecoverableError,
 )
@@ -30,15 +35,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backoff",
+    "DeferralError",
     "DispatchResult",
     "EscapeHatch",
     "EscapeHatchDenied",
+    "InvalidDispatch",
     "InvalidPayload",
     "InvalidTenant",
+    "JobTimeout",
+    "KumikoJobsError",
     "MaxPerTenant",
     "QueueUnavailable",
     "TenantVisibleFailure",
     "TenantVisibleRun",
+    "UnknownEvent",
     "UnknownJob",
     "UnrecoverableError",
     "cron",

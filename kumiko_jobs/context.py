@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,9 +29,20 @@ class Deferral:
     delay_ms: int
 
 
+# What ``exc_info=`` takes, as in the standard library's logging.
+ExcInfo = bool | BaseException | tuple[Any, Any, Any] | None
+# The record's level names, by the standard library's numbers (a level between two takes the
+# lower name: 35 is a warning).
+_LEVEL_NAMES = ((logging.CRITICAL, "critical"), (logging.ERROR, "error"), (logging.WARNING, "warning"))
+
+
 class JobLogger:
     """``ctx.log``: lines (info and above) land on the run record, scrubbed (``SCRUBBER``); with
-    ``KUMIKO_JOBS["LOG_JOB_LINES"]`` they are copied to the ``kumiko_jobs.jobs`` logger too."""
+    ``KUMIKO_JOBS["LOG_JOB_LINES"]`` they are copied to the ``kumiko_jobs.jobs`` logger too.
+
+    Its methods are the standard logger's (``debug`` to ``critical``, ``exception``, ``log``,
+    ``exc_info=``), so code written against ``logging.Logger`` works unchanged; a traceback
+    asked for with ``exc_info`` is kept on the line, scrubbed like the message."""
 
     def __init__(
         self,
@@ -47,10 +60,13 @@ class JobLogger:
             bool(get_config()["LOG_JOB_LINES"]) if to_process_log is None else to_process_log
         )
 
-    def _add(self, level: str, message: str, args: tuple[Any, ...]) -> None:
+    def _add(self, level: str, message: str, args: tuple[Any, ...], exc_info: ExcInfo) -> None:
         text = message % args if args else str(message)
         if self._extra:
             text = f"{text} {self._extra}"
+        tb = _traceback_text(exc_info)
+        if tb:
+            text = f"{text}\n{tb}"
         text = scrub(text)
         self.lines.append(
             {"t": datetime.now(UTC).isoformat(), "level": level, "msg": text, "attempt": self._attempt}
@@ -58,21 +74,42 @@ class JobLogger:
         if self._to_process_log:
             process_logger.log(getattr(logging, level.upper()), "[%s] %s", self._job_name, text)
 
-    def debug(self, message: str, *args: Any) -> None:
+    def debug(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
         # Debug lines never reach the run record; the process log gets them with LOG_JOB_LINES.
         if self._to_process_log and process_logger.isEnabledFor(logging.DEBUG):
-            process_logger.debug("[%s] %s", self._job_name, scrub(message % args if args else message))
+            text = message % args if args else str(message)
+            tb = _traceback_text(exc_info)
+            process_logger.debug("[%s] %s", self._job_name, scrub(f"{text}\n{tb}" if tb else text))
 
-    def info(self, message: str, *args: Any) -> None:
-        self._add("info", message, args)
+    def info(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+        self._add("info", message, args, exc_info)
 
-    def warning(self, message: str, *args: Any) -> None:
-        self._add("warning", message, args)
+    def warning(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+        self._add("warning", message, args, exc_info)
 
     warn = warning
 
-    def error(self, message: str, *args: Any) -> None:
-        self._add("error", message, args)
+    def error(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+        self._add("error", message, args, exc_info)
+
+    def exception(self, message: str, *args: Any, exc_info: ExcInfo = True) -> None:
+        """An error line with the traceback of the exception being handled."""
+        self._add("error", message, args, exc_info)
+
+    def critical(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+        self._add("critical", message, args, exc_info)
+
+    fatal = critical
+
+    def log(self, level: int, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+        """A line at a standard logging level (``logging.INFO`` ...)."""
+        if not isinstance(level, int) or isinstance(level, bool):
+            raise TypeError(f"level must be an int such as logging.INFO, not {level!r}")
+        if level < logging.INFO:
+            self.debug(message, *args, exc_info=exc_info)
+            return
+        name = next((name for floor, name in _LEVEL_NAMES if level >= floor), "info")
+        self._add(name, message, args, exc_info)
 
     def child(self, **extra: Any) -> JobLogger:
         """A logger whose lines carry ``extra``; lines land on the same run."""
@@ -181,3 +218,18 @@ class JobContext:
 
         with as_user(self, user):
             yield
+
+
+def _traceback_text(exc_info: ExcInfo) -> str:
+    """The traceback ``exc_info`` asks for, as logging would format it ('' for none)."""
+    if not exc_info:
+        return ""
+    if isinstance(exc_info, BaseException):
+        exc: BaseException | None = exc_info
+    elif isinstance(exc_info, tuple):
+        exc = exc_info[1]
+    else:
+        exc = sys.exc_info()[1]
+    if exc is None:
+        return ""
+    return "".join(traceback.format_exception(exc)).rstrip("\n")

@@ -13,7 +13,8 @@ when both declarations name subject fields, they must name the same ones (check 
 
 ``tenant_runs()`` and ``tenant_failures()`` return ``values()`` querysets of the fields in
 ``TENANT_RUN_FIELDS`` / ``TENANT_FAILURE_FIELDS``: a template built on them cannot reach a
-payload, an error text, a traceback or a log line, because the rows do not hold them.
+payload, an error text, a traceback or a log line, because the rows do not hold them. Their rows
+are ``SafeRow`` dicts, whose keys read as attributes too (``row.status``), as a model's would.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import QuerySet
+from django.db.models.query import ValuesIterable
 
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.exceptions import InvalidPayload, InvalidTenant
@@ -34,6 +36,33 @@ PRIMITIVES = (str, int, float, bool, type(None))
 # What a tenant-facing UI may read. Never payload, error, traceback, logs, worker, user.
 TENANT_RUN_FIELDS = ("id", "job_name", "subject", "status", "queued_at", "started_at", "finished_at")
 TENANT_FAILURE_FIELDS = ("job_name", "subject", "message_key", "count", "first_failed_at", "last_failed_at")
+
+
+class SafeRow(dict[str, Any]):
+    """A row of ``tenant_runs()`` or ``tenant_failures()``: a dict of the safe fields only, whose
+    keys read as attributes too (``row.status`` is ``row["status"]``)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"a tenant's row has no {name!r}; it holds only {', '.join(self)}") from None
+
+
+class _SafeRows(ValuesIterable):
+    """``values()`` rows as ``SafeRow``; kept by ``filter()``, ``order_by()`` and slicing."""
+
+    def __iter__(self) -> Any:
+        for row in super().__iter__():
+            yield SafeRow(row)
+
+
+def _safe_rows(rows: QuerySet[Any, dict[str, Any]]) -> QuerySet[Any, SafeRow]:
+    # The values() queryset's own iterable, wrapped: Django copies it to every clone.
+    rows._iterable_class = _SafeRows
+    return rows  # type: ignore[return-value]
 
 
 def subject_fields(definition: JobDefinition) -> tuple[str, ...]:
@@ -95,8 +124,8 @@ def parse_subject(subject: str | None) -> dict[str, Any] | None:
 
 def tenant_runs(
     tenant: Any, *, job: str | None = None, subject: str | Mapping[str, Any] | None = None
-) -> QuerySet[Any, dict[str, Any]]:
-    """The tenant's tenant-visible runs, newest first, as dicts of ``TENANT_RUN_FIELDS``
+) -> QuerySet[Any, SafeRow]:
+    """The tenant's tenant-visible runs, newest first, as ``SafeRow`` dicts of ``TENANT_RUN_FIELDS``
     (dropped runs left out: they never ran).
 
     ``job`` narrows to one job; ``subject`` to one subject, given as stored (a canonical JSON
@@ -112,20 +141,19 @@ def tenant_runs(
         runs = runs.filter(job_name=job)
     if subject is not None:
         runs = runs.filter(subject=_subject_filter(subject, job))
-    rows: QuerySet[Any, dict[str, Any]] = runs.order_by("-queued_at").values(*TENANT_RUN_FIELDS)
-    return rows
+    return _safe_rows(runs.order_by("-queued_at").values(*TENANT_RUN_FIELDS))
 
 
-def tenant_failures(tenant: Any) -> QuerySet[Any, dict[str, Any]]:
-    """The tenant's open failure records, newest first, as dicts of ``TENANT_FAILURE_FIELDS``."""
+def tenant_failures(tenant: Any) -> QuerySet[Any, SafeRow]:
+    """The tenant's open failure records, newest first, as ``SafeRow`` dicts of
+    ``TENANT_FAILURE_FIELDS``."""
     from kumiko_jobs.models import TenantFailure
 
-    rows: QuerySet[Any, dict[str, Any]] = (
+    return _safe_rows(
         TenantFailure.objects.filter(tenant_id=_tenant_id(tenant))
         .order_by("-last_failed_at")
         .values(*TENANT_FAILURE_FIELDS)
     )
-    return rows
 
 
 def _tenant_id(tenant: Any) -> str:
@@ -140,7 +168,9 @@ def _tenant_id(tenant: Any) -> str:
 
 def _subject_filter(subject: str | Mapping[str, Any], job: str | None) -> str:
     if isinstance(subject, str):
-        return subject
+        # Any JSON spelling of the pairs finds the stored one ('[["id", 1]]' as '[["id",1]]').
+        values = parse_subject(subject)
+        return subject if values is None else canonical_subject(values)
     values = dict(subject)
     if job is not None:
         from kumiko_jobs.registry import registry

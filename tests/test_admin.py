@@ -65,6 +65,12 @@ def test_changelist_lists_runs_in_every_state(admin_client: Client, runs: dict[s
         ("q=JOB_ID", {"failed"}),
         ("q=RUN_ID", {"failed"}),
         ("q=no-such-job", set()),
+        # The spellings Django's own list filters put in URLs.
+        ("status__exact=failed&job_name__exact=tests.flaky", {"failed"}),
+        ("lane__exact=api", {"api"}),
+        ("tenant_id__exact=ACME", {"succeeded", "unrecoverable"}),
+        ("tenant_id=GLOBEX", {"failed", "queued"}),
+        ("tenant_id__isnull=True", {"api"}),
     ],
 )
 def test_changelist_filters_and_search(

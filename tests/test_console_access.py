@@ -115,6 +115,15 @@ def test_staff_cannot_probe_hidden_fields_or_tenants_through_the_query_string(
     assert response.status_code == 400
 
 
+def test_staff_may_use_the_filter_spellings_of_djangos_own_list_filters(
+    staff_client: Any, history: dict[str, JobRun]
+) -> None:
+    client = staff_client("staff-acme")
+    response = client.get(f"{RUNS}?job_name__exact={EXPORT}&lane__exact=worker&status__exact=failed")
+    assert response.status_code == 200
+    assert listed(response) == {history["acme_failed"].pk}
+
+
 def test_staff_tenant_filter_names_no_other_tenant(
     staff_client: Any, history: dict[str, JobRun], tenants: list[Any]
 ) -> None:

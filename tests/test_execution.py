@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -198,6 +199,35 @@ def test_job_logger_levels_and_child_context() -> None:
         ("warning", "w {'step': 'b'}", 2),
         ("error", "e", 2),
     ]
+    json.dumps(log.lines)
+
+
+def test_job_logger_speaks_the_standard_loggers_methods() -> None:
+    # Code written against logging.Logger: exception(), critical(), log(level, ...), exc_info=.
+    log = JobLogger("x", attempt=1)
+    try:
+        raise ValueError("mail ann@example.com")
+    except ValueError as exc:
+        log.exception("export failed for %s", "acme")
+        caught = exc
+    log.critical("down")
+    log.log(logging.WARNING, "w %d", 1)
+    log.log(35, "between warning and error")
+    log.log(logging.DEBUG, "dropped")
+    log.info("with the exception given", exc_info=caught)
+    log.warning("with a tuple", exc_info=(type(caught), caught, caught.__traceback__))
+    log.exception("outside an except block")
+    levels = [line["level"] for line in log.lines]
+    assert levels == ["error", "critical", "warning", "warning", "info", "warning", "error"]
+    first = log.lines[0]["msg"]
+    assert first.startswith("export failed for acme\nTraceback (most recent call last):")
+    # The traceback is scrubbed like the message.
+    assert first.endswith("ValueError: mail [email]") and "ann@example.com" not in first
+    assert log.lines[4]["msg"].endswith("ValueError: mail [email]")
+    assert log.lines[5]["msg"].endswith("ValueError: mail [email]")
+    assert log.lines[6]["msg"] == "outside an except block"
+    with pytest.raises(TypeError, match=r"logging\.INFO"):
+        log.log("info", "a name is not a level")  # type: ignore[arg-type]
     json.dumps(log.lines)
 
 

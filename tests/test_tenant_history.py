@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from datetime import UTC, datetime
@@ -75,6 +76,12 @@ def test_tenant_runs_lists_only_that_tenants_visible_runs_with_safe_fields(tenan
     assert set(rows[0]) == set(TENANT_RUN_FIELDS)
     assert not {"payload", "error", "traceback", "logs"} & set(rows[0])
     assert list(tenant_runs(acme.pk)) == rows  # an id works as well as an instance
+    # The keys read as attributes too, as a model's fields would; the hidden ones are not there.
+    assert (rows[0].id, rows[0].status) == (rows[0]["id"], "queued")
+    with pytest.raises(AttributeError, match="no 'payload'; it holds only id, job_name"):
+        rows[0].payload  # noqa: B018
+    narrowed = tenant_runs(acme).filter(status="queued").order_by("queued_at")[:5]
+    assert [row.id for row in narrowed] == [uuid.UUID(mine.run_id)]
 
 
 def test_tenant_runs_filters_by_job_and_subject(tenants: list[Any]) -> None:
@@ -89,6 +96,9 @@ def test_tenant_runs_filters_by_job_and_subject(tenants: list[Any]) -> None:
     assert len(ids(job=EXPORT)) == 2
     assert ids(job=EXPORT, subject={"invoice_id": 1}) == {one.run_id}
     assert ids(subject='[["format",null],["invoice_id",1]]') == {one.run_id}
+    # Any JSON spelling of the same pairs (json.dumps' spaces, another order) finds it too.
+    assert ids(subject=json.dumps([["invoice_id", 1], ["format", None]])) == {one.run_id}
+    assert ids(subject="not json") == set()
     with pytest.raises(ValueError, match="subject fields"):
         ids(job=EXPORT, subject={"customer": 1})
 
@@ -129,6 +139,7 @@ def test_a_final_failure_records_the_declared_key_never_the_error_text(tenants: 
     assert failure["message_key"] == "billing.export_failed"
     assert failure["subject"] == '[["format",null],["invoice_id",7]]'
     assert failure["count"] == 1
+    assert (failure.message_key, failure.count) == ("billing.export_failed", 1)  # as attributes too
     assert "secret provider text" not in str(failure)
     row = TenantFailure.objects.get()
     assert (row.tenant_id, row.job_name, row.last_run_id) == (str(acme.pk), EXPORT, run.pk)

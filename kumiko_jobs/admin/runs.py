@@ -30,20 +30,32 @@ from kumiko_jobs.admin.run_actions import cancel_queued_runs, retry_failed_runs
 from kumiko_jobs.models import JobRun
 
 # Filter lookups a query string may use; any other one is refused with 400 (Django's default
-# would allow every local field, so ?error__icontains=... could probe hidden text).
+# would allow every local field, so ?error__icontains=... could probe hidden text). The
+# ``__exact`` spellings are the ones Django's own list filters put in URLs.
 STAFF_LOOKUPS = frozenset(
     {
         "status",
         "status__exact",
         "status__isnull",
         "job_name",
+        "job_name__exact",
         "lane",
+        "lane__exact",
         "queued_at__year",
         "queued_at__month",
         "queued_at__day",
     }
 )
-OPERATOR_LOOKUPS = STAFF_LOOKUPS | {"tenant", "retry_of", "fanout_parent", "correlation_id", "job_id"}
+OPERATOR_LOOKUPS = STAFF_LOOKUPS | {
+    "tenant",
+    "tenant_id",
+    "tenant_id__exact",
+    "tenant_id__isnull",
+    "retry_of",
+    "fanout_parent",
+    "correlation_id",
+    "job_id",
+}
 # ModelAdmin is generic only in django-stubs (see audits.py).
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[JobRun]
