@@ -91,7 +91,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # they are stored or logged (scrubbing.py); None stores them as they are.
     "SCRUBBER": "kumiko_jobs.scrubbing.scrub_text",
     # Copy ctx.log lines (scrubbed) to the "kumiko_jobs.jobs" logger too; they always land on
-    # the run record. Off by default: job lines can be many, and the record is their home.
+    # the run record (up to context.MAX_LOG_LINES an attempt; those over it are copied neither).
+    # Off by default: job lines can be many, and the record is their home.
     "LOG_JOB_LINES": False,
 }
 

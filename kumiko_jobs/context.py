@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -20,6 +21,13 @@ if TYPE_CHECKING:
     from kumiko_jobs.dispatching import DispatchResult
 
 process_logger = logging.getLogger("kumiko_jobs.jobs")
+logger = logging.getLogger("kumiko_jobs")
+
+# A run record keeps at most this many ctx.log lines an attempt, each cut to this many
+# characters: a handler that logs in a tight loop, or logs a whole response body, must not turn
+# its run's row into megabytes that each retry reads back and each console page loads.
+MAX_LOG_LINES = 1000
+MAX_LOG_LINE_CHARS = 10_000
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,17 @@ class Deferral:
     """Returned by ``ctx.defer()``; the handler must return it for the run to be deferred."""
 
     delay_ms: int
+
+
+class _Kept:
+    """How many lines over MAX_LOG_LINES an attempt's loggers did not keep."""
+
+    __slots__ = ("dropped", "lock")
+
+    def __init__(self) -> None:
+        self.dropped = 0
+        # A handler may log from threads of its own.
+        self.lock = threading.Lock()
 
 
 # What ``exc_info=`` takes, as in the standard library's logging.
@@ -42,7 +61,9 @@ class JobLogger:
 
     Its methods are the standard logger's (``debug`` to ``critical``, ``exception``, ``log``,
     ``exc_info=``), so code written against ``logging.Logger`` works unchanged; a traceback
-    asked for with ``exc_info`` is kept on the line, scrubbed like the message."""
+    asked for with ``exc_info`` is kept on the line, scrubbed like the message. An attempt keeps
+    ``MAX_LOG_LINES`` lines of at most ``MAX_LOG_LINE_CHARS`` characters; a last line counts the
+    ones over that."""
 
     def __init__(
         self,
@@ -53,6 +74,7 @@ class JobLogger:
         to_process_log: bool | None = None,
     ) -> None:
         self.lines: list[dict[str, Any]] = []
+        self._kept = _Kept()  # shared with child loggers, as the lines are
         self._job_name = job_name
         self._attempt = attempt
         self._extra = dict(extra or {})
@@ -67,12 +89,39 @@ class JobLogger:
         tb = _traceback_text(exc_info)
         if tb:
             text = f"{text}\n{tb}"
-        text = scrub(text)
-        self.lines.append(
-            {"t": datetime.now(UTC).isoformat(), "level": level, "msg": text, "attempt": self._attempt}
-        )
+        # Cut after scrubbing: a cut through a secret could leave the scrubber half of it.
+        text = _cut(scrub(text))
+        now = datetime.now(UTC).isoformat()
+        with self._kept.lock:
+            if len(self.lines) < MAX_LOG_LINES:
+                self.lines.append({"t": now, "level": level, "msg": text, "attempt": self._attempt})
+            else:
+                self._not_kept(now)
+                return
         if self._to_process_log:
             process_logger.log(getattr(logging, level.upper()), "[%s] %s", self._job_name, text)
+
+    def _not_kept(self, now: str) -> None:
+        """(Under the lock.) One more line over MAX_LOG_LINES: the record's last line counts
+        them, and the process log says so once an attempt."""
+        self._kept.dropped += 1
+        msg = (
+            f"{self._kept.dropped} more ctx.log line(s) not kept: a run record keeps "
+            f"{MAX_LOG_LINES} lines an attempt"
+        )
+        line = {"t": now, "level": "warning", "msg": msg, "attempt": self._attempt}
+        if self._kept.dropped == 1:
+            self.lines.append(line)
+            logger.warning(
+                "kumiko_jobs: job %s (attempt %d) logged more than %d lines; its run record keeps "
+                "the first %d and counts the rest",
+                self._job_name,
+                self._attempt,
+                MAX_LOG_LINES,
+                MAX_LOG_LINES,
+            )
+        else:
+            self.lines[-1] = line
 
     def debug(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
         # Debug lines never reach the run record; the process log gets them with LOG_JOB_LINES.
@@ -116,7 +165,7 @@ class JobLogger:
         child = JobLogger(
             self._job_name, self._attempt, {**self._extra, **extra}, to_process_log=self._to_process_log
         )
-        child.lines = self.lines
+        child.lines, child._kept = self.lines, self._kept
         return child
 
 
@@ -233,3 +282,9 @@ def _traceback_text(exc_info: ExcInfo) -> str:
     if exc is None:
         return ""
     return "".join(traceback.format_exception(exc)).rstrip("\n")
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_LOG_LINE_CHARS:
+        return text
+    return f"{text[:MAX_LOG_LINE_CHARS]}... [{len(text) - MAX_LOG_LINE_CHARS} more characters not kept]"

@@ -13,7 +13,7 @@ import pytest
 from kumiko_jobs import EscapeHatchDenied, dispatch
 from kumiko_jobs.attempt_records import Started
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.context import JobContext, JobLogger
+from kumiko_jobs.context import MAX_LOG_LINE_CHARS, MAX_LOG_LINES, JobContext, JobLogger
 from kumiko_jobs.fanout import child_job_id
 from kumiko_jobs.models import EscapeHatchAudit, JobRun, RunStatus
 from kumiko_jobs.preparing import prepare
@@ -229,6 +229,32 @@ def test_job_logger_speaks_the_standard_loggers_methods() -> None:
     with pytest.raises(TypeError, match=r"logging\.INFO"):
         log.log("info", "a name is not a level")  # type: ignore[arg-type]
     json.dumps(log.lines)
+
+
+def test_job_logger_keeps_a_bounded_record(caplog: pytest.LogCaptureFixture) -> None:
+    log = JobLogger("x", attempt=2)
+    child = log.child(step="b")  # counts against the same attempt
+    for i in range(MAX_LOG_LINES - 1):
+        log.info("line %d", i)
+    child.info("last kept")
+    for i in range(5):
+        (log if i % 2 else child).warning("over %d", i)
+    assert len(log.lines) == MAX_LOG_LINES + 1
+    assert log.lines[MAX_LOG_LINES - 1]["msg"] == "last kept {'step': 'b'}"
+    assert (log.lines[-1]["level"], log.lines[-1]["msg"], log.lines[-1]["attempt"]) == (
+        "warning",
+        f"5 more ctx.log line(s) not kept: a run record keeps {MAX_LOG_LINES} lines an attempt",
+        2,
+    )
+    said = [r.getMessage() for r in caplog.records if "logged more than" in r.getMessage()]
+    assert said == [f"kumiko_jobs: job x (attempt 2) logged more than {MAX_LOG_LINES} lines; its run "
+                    f"record keeps the first {MAX_LOG_LINES} and counts the rest"]  # fmt: skip
+    # One line is cut too, after scrubbing (a cut through a secret would hide it from the scrubber).
+    long = JobLogger("x", attempt=1)
+    long.info("%s ann@example.com", "a" * (MAX_LOG_LINE_CHARS - 5))
+    assert long.lines[0]["msg"] == "a" * (MAX_LOG_LINE_CHARS - 5) + " [ema... [3 more characters not kept]"
+    long.info("b" * (MAX_LOG_LINE_CHARS + 7))
+    assert long.lines[1]["msg"] == "b" * MAX_LOG_LINE_CHARS + "... [7 more characters not kept]"
 
 
 def _context(name: str) -> JobContext:
