@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -219,6 +220,14 @@ def _handler(d: JobDefinition) -> Iterator[Problem]:
             "Declare jobs as top-level functions of a module (not nested functions or lambdas).",
             "E012",
         )
+    # A Django task's func is kumiko's own runner, which calls the task its own way.
+    if d.task is None and not _takes_payload_and_ctx(d.func):
+        yield (
+            f"its handler {getattr(d.func, '__name__', d.func)!r}{_signature_text(d.func)} cannot be "
+            "called as handler(payload, ctx); every attempt would fail with a TypeError.",
+            "Give it two positional parameters: def handler(payload, ctx): ...",
+            "E036",
+        )
 
 
 def _per_tenant(d: JobDefinition) -> Iterator[Problem]:
@@ -324,6 +333,25 @@ def _where(d: JobDefinition) -> str:
     if d.task is not None:
         return d.task.module_path
     return f"{getattr(d.func, '__module__', '?')}.{getattr(d.func, '__qualname__', '?')}"
+
+
+def _takes_payload_and_ctx(func: Any) -> bool:
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return True  # no signature to read (a C callable): its first run will tell
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
+
+
+def _signature_text(func: Any) -> str:
+    try:
+        return str(inspect.signature(func))
+    except (TypeError, ValueError):
+        return ""
 
 
 def _importable_at_module_level(d: JobDefinition) -> bool:

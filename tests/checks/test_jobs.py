@@ -123,6 +123,38 @@ def test_nested_handler_is_not_importable() -> None:
     assert [m.id for m in check_definition(build_definition(nested, "t.nested", {}))] == ["kumiko_jobs.E012"]
 
 
+def payload_only(payload: dict[str, Any]) -> None:
+    """A handler that forgot ctx."""
+
+
+def keyword_only(*, payload: dict[str, Any], ctx: Any) -> None:
+    """Keyword-only parameters: the worker passes them by position."""
+
+
+def flexible(payload: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    """Takes (payload, ctx) through *args."""
+
+
+def with_default(payload: dict[str, Any], ctx: Any = None, extra: int = 0) -> None:
+    """A third parameter with a default."""
+
+
+@pytest.mark.parametrize("func", [payload_only, keyword_only])
+def test_a_handler_that_cannot_take_payload_and_ctx_is_reported(func: Any) -> None:
+    (error,) = check_definition(build_definition(func, "t.sig", {}))
+    assert error.id == "kumiko_jobs.E036"
+    assert (
+        f"handler {func.__name__!r}(" in error.msg
+        and "cannot be called as handler(payload, ctx)" in error.msg
+    )
+    assert error.hint == "Give it two positional parameters: def handler(payload, ctx): ..."
+
+
+@pytest.mark.parametrize("func", [flexible, with_default])
+def test_handlers_that_take_payload_and_ctx_in_other_shapes_pass(func: Any) -> None:
+    assert check_definition(build_definition(func, "t.sig", {})) == []
+
+
 def test_per_tenant_without_active_tenants(settings: Any) -> None:
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": None}
     assert ids(per_tenant=True) == ["kumiko_jobs.E017"]
