@@ -90,7 +90,7 @@ class JobLogger:
         if tb:
             text = f"{text}\n{tb}"
         # Cut after scrubbing: a cut through a secret could leave the scrubber half of it.
-        text = _cut(scrub(text))
+        text = cut_line(scrub(text))
         now = datetime.now(UTC).isoformat()
         with self._kept.lock:
             if len(self.lines) < MAX_LOG_LINES:
@@ -284,7 +284,8 @@ def _traceback_text(exc_info: ExcInfo) -> str:
     return "".join(traceback.format_exception(exc)).rstrip("\n")
 
 
-def _cut(text: str) -> str:
+def cut_line(text: str) -> str:
+    """A run record's log line at most MAX_LOG_LINE_CHARS long, saying how much was cut."""
     if len(text) <= MAX_LOG_LINE_CHARS:
         return text
     return f"{text[:MAX_LOG_LINE_CHARS]}... [{len(text) - MAX_LOG_LINE_CHARS} more characters not kept]"

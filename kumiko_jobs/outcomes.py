@@ -26,6 +26,7 @@ from typing import Any, Literal
 from kumiko_jobs import attempt_records, failure_records, guarded_writes, run_events
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
+from kumiko_jobs.context import cut_line
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
 from kumiko_jobs.flows import cap_of
@@ -163,7 +164,14 @@ def failed_attempt(
     record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts
     final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
-    line: LogLine = {"t": now.isoformat(), "level": "error", "msg": message, "attempt": meta.attempt}
+    # The record's error and traceback keep the whole text; its log line, which every attempt
+    # adds and each retry reads back, is cut as ctx.log lines are.
+    line: LogLine = {
+        "t": now.isoformat(),
+        "level": "error",
+        "msg": cut_line(message),
+        "attempt": meta.attempt,
+    }
     # Which exception and worker, per failed attempt: a Django task's errors and worker ids
     # are read back from these lines (task_results.py).
     line["exception"] = f"{type(exc).__module__}.{type(exc).__qualname__}"

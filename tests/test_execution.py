@@ -257,6 +257,19 @@ def test_job_logger_keeps_a_bounded_record(caplog: pytest.LogCaptureFixture) -> 
     assert long.lines[1]["msg"] == "b" * MAX_LOG_LINE_CHARS + "... [7 more characters not kept]"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_huge_error_message_is_kept_whole_once_and_cut_in_each_attempts_log_line() -> None:
+    chars = MAX_LOG_LINE_CHARS + 500
+    result = dispatch("tests.raise_long", {"chars": chars})
+    assert drain() == {"retried": 1, "failed": 1}
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.error == "RuntimeError: " + "x" * chars
+    assert run.traceback.rstrip().endswith("x" * chars)
+    errors = [line["msg"] for line in run.logs if line["level"] == "error"]
+    cut = "RuntimeError: " + "x" * (MAX_LOG_LINE_CHARS - 14) + "... [514 more characters not kept]"
+    assert errors == [cut, cut]
+
+
 def _context(name: str) -> JobContext:
     definition = registry.get(name)
     return JobContext(

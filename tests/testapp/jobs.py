@@ -476,6 +476,12 @@ def raise_secret(payload: dict[str, Any], ctx: JobContext) -> None:
     raise ValueError(SECRET_TEXT)
 
 
+@job(name="tests.raise_long", retries=1, backoff=Backoff("fixed", delay_ms=10))
+def raise_long(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Raises a message of payload["chars"] characters (a response body pasted into an error)."""
+    raise RuntimeError("x" * int(payload["chars"]))
+
+
 # --- async def handlers (tests/test_async_handlers.py) -----------------------------------------
 
 
