@@ -2,7 +2,8 @@
 
 Each child is ``runjobs`` with the same arguments (its own ``--threads``, ``--max-jobs``)
 minus the supervisor's. A child that exits is replaced: at once after a clean exit (0, as after
-a memory recycle or SIGHUP, or EXIT_MAX_JOBS after its ``--max-jobs``) or a late crash, with
+a memory recycle or SIGHUP, EXIT_MAX_JOBS after its ``--max-jobs``, EXIT_RECYCLE when it asks
+for its own replacement) or a late crash, with
 backoff after a crash within STARTUP_WINDOW of its start; children that keep dying so make the
 supervisor stop everything and exit 1, since a broken deploy must not spin. SIGTERM/SIGINT are
 forwarded to every child (each finishes its running jobs); a second signal kills them. SIGHUP
@@ -44,6 +45,9 @@ SUPERVISOR_CHECK_INTERVAL = 1.0
 # A supervised child's exit after its --max-jobs: replaced at once, under --burst too (there
 # a plain 0 means the child found the lane empty).
 EXIT_MAX_JOBS = 76
+# A worker's exit when it recycles itself (a stuck job, a dead thread): restart me. Replaced
+# at once, not counted as a crash.
+EXIT_RECYCLE = 75
 
 
 @dataclass
@@ -88,16 +92,22 @@ class Supervisor:
         self.stopping = False
         self.failed = ""
         self._next_memory_check = 0.0
+        self._signals: list[int] = []  # noted by _note_signal, acted on by the loop
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
+        # The handlers only note a signal; the loop acts on it between its own steps. Acting in
+        # the handler raced the loop: a SIGTERM while the children were being started signalled
+        # none of them, and one during a restart's spawn left the new child in no list.
+        signal.signal(signal.SIGTERM, self._note_signal)
+        signal.signal(signal.SIGINT, self._note_signal)
         if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup, hangups stay ignored
-            signal.signal(signal.SIGHUP, self._restart_all)
+            signal.signal(signal.SIGHUP, self._note_signal)
         self.children = [self._start(slot) for slot in range(1, self.processes + 1)]
         logger.info("supervisor (pid %d) runs %d worker processes", os.getpid(), self.processes)
         while self.children:
+            self._act_on_signals()
             time.sleep(POLL)
+            self._act_on_signals()
             self._tend()
         if self.failed:
             logger.error("supervisor stops: %s", self.failed)
@@ -114,7 +124,11 @@ class Supervisor:
         now = time.monotonic()
         for child in list(self.children):
             if child.restart_at is not None:
-                if now >= child.restart_at and not self.stopping:
+                if self.stopping:
+                    # Waiting out a backoff when everything stops (a signal, or another child
+                    # that kept dying): no process to wait for, and no restart to come.
+                    self.children.remove(child)
+                elif now >= child.restart_at:
                     self.children[self.children.index(child)] = self._start(child.slot, child.failures)
                 continue
             code = child.proc.poll()
@@ -127,7 +141,8 @@ class Supervisor:
 
     def _exited(self, child: Child, code: int, now: float) -> None:
         # A child stopped for a restart may die of that SIGTERM before its handler is in place.
-        clean = code in (0, EXIT_MAX_JOBS) or (child.recycling and code == -signal.SIGTERM)
+        # EXIT_RECYCLE: the child asked for its own replacement (a stuck job, a dead thread).
+        clean = code in (0, EXIT_MAX_JOBS, EXIT_RECYCLE) or (child.recycling and code == -signal.SIGTERM)
         # Under --burst a plain 0 means the lane was empty, unless the supervisor asked for it.
         if self.stopping or (self.burst and code == 0 and not child.recycling):
             self.children.remove(child)
@@ -157,7 +172,18 @@ class Supervisor:
                     logger.warning("worker process %d uses %d MB; recycling it", child.slot, rss // 2**20)
                     self._recycle(child)
 
-    def _restart_all(self, signum: int, frame: FrameType | None) -> None:
+    def _note_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals.append(signum)
+
+    def _act_on_signals(self) -> None:
+        while self._signals:
+            signum = self._signals.pop(0)
+            if signum == signal.SIGHUP:
+                self._restart_all()
+            else:
+                self._stop(signum)
+
+    def _restart_all(self) -> None:
         if self.stopping:
             return
         logger.info(
@@ -173,7 +199,7 @@ class Supervisor:
             child.recycling = True
             child.proc.send_signal(signal.SIGTERM)
 
-    def _stop(self, signum: int, frame: FrameType | None) -> None:
+    def _stop(self, signum: int) -> None:
         if self.stopping:
             logger.warning("supervisor: second %s: killing the worker processes", signal.Signals(signum).name)
             self._stop_all(signal.SIGKILL)

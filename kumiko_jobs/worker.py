@@ -45,13 +45,12 @@ from kumiko_jobs.leases import Heartbeat
 from kumiko_jobs.observability import flush_telemetry
 from kumiko_jobs.run_marker import RunningMarker
 from kumiko_jobs.success_writes import SuccessWriter
+from kumiko_jobs.supervisor import EXIT_RECYCLE
 from kumiko_jobs.timeouts import watchdog
 
 logger = logging.getLogger("kumiko_jobs.worker")
 # A process being recycled gives its other threads this long to finish their jobs.
 RECYCLE_WAIT = 30.0
-# Exit status of a worker that recycles itself (a stuck job, a dead thread): restart me.
-EXIT_RECYCLE = 75
 
 
 class LaneWorker(SimpleWorker):
@@ -288,8 +287,10 @@ class LaneWorker(SimpleWorker):
 
     # Signals ------------------------------------------------------------------------------
     def request_stop(self, signum: int, frame: Any) -> None:
-        with self._lock:
-            busy = self._busy
+        # No lock: this runs on the main thread between two of its bytecodes, maybe while that
+        # thread holds self._lock (tally), which would wait for itself forever. An int read is
+        # atomic, and the count only words the log line.
+        busy = self._busy
         logger.info(
             "worker %s: %s received: %s, then stopping (a second signal stops at once)",
             self.name,

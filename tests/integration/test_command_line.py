@@ -37,6 +37,10 @@ def _runjobs(env: dict[str, str], *args: str) -> tuple[int, str, float]:
             ["--lane", "worker", "--threads", "257"],
             "argument --threads: at most 256 threads a process, got 257; add --processes for more",
         ),
+        # Abbreviations are refused: a child would read "--proc 4", which the supervisor does not
+        # strip, as --processes 4 and start a supervisor of its own.
+        (["--lane", "worker", "--proc", "4"], "unrecognized arguments: --proc 4"),
+        (["--lane", "worker", "--max-mem=500"], "unrecognized arguments: --max-mem=500"),
     ],
 )
 def test_bad_options_are_usage_errors(runjobs_env: dict[str, str], args: list[str], message: str) -> None:

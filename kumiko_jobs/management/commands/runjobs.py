@@ -61,6 +61,12 @@ class Command(BaseCommand):
         "Run a kumiko_jobs worker for one lane (api or worker). SIGTERM finishes the current job, then exits."
     )
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        # No abbreviated options: the supervisor strips its own options from its children's
+        # command line by their full names, so a child given "--proc 4" would read it as
+        # --processes 4 and start a supervisor of its own, and so on (a fork bomb).
+        return super().create_parser(prog_name, subcommand, allow_abbrev=False, **kwargs)
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--lane", required=True, choices=LANES, help="The lane to consume.")
         parser.add_argument("--burst", action="store_true", help="Exit when no job is queued or due.")
