@@ -259,4 +259,12 @@ def push_after_commit(prepared: Sequence[PreparedJob]) -> None:
             exc.__cause__ or exc,
         )
         return
+    except Exception:
+        # Raised out of an on_commit callback, it would come out of the caller's atomic() after
+        # the COMMIT and cancel the callbacks registered after it. The rows wait unpushed, and
+        # the outbox pushes them (rebuild.push_waiting).
+        logger.exception(
+            "kumiko_jobs: pushing %d committed run(s) failed; the outbox pushes them", len(prepared)
+        )
+        return
     guarded_writes.safe(record_pushes, prepared, pushed, rows_exist=True)

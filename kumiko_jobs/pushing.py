@@ -28,6 +28,12 @@ from kumiko_jobs.run_rows import RunRow
 from kumiko_jobs.scripts import EnqueueArgs, argv, scripts_for
 
 _registered_queues: set[str] = set()
+# What Redis answers a push with when it does not take it: no answer (a connection error, a
+# timeout) or a refusal (READONLY from a replica after a failover, OOM under maxmemory with
+# noeviction, NOREPLICAS, MISCONF after a failed save). Each becomes QueueUnavailable, so the
+# caller hears one specific error and dispatch takes its row back. (redis.DataError, a bad
+# argument, is a bug of ours and stays itself.)
+REDIS_FAILURES = (redis.ConnectionError, redis.TimeoutError, redis.ResponseError)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> 
                 for p in jobs:
                     enqueue(keys=_keys(p), args=_args(p, now), client=pipe)
                 raw = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_FAILURES as exc:
             raise unavailable(exc) from exc
         pushed = [_decode(p, r) for p, r in zip(jobs, raw, strict=True)]
         send.pushed(pushed)
@@ -124,7 +130,7 @@ def push_watched(
                 except redis.WatchError:
                     continue
                 return chosen, [_decode(p, r) for p, r in zip(chosen, raw, strict=False)]
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except REDIS_FAILURES as exc:
         raise unavailable(exc) from exc
     raise QueueUnavailable(
         f"Key {watch!r} kept changing during {WATCH_ATTEMPTS} attempts to push; nothing was pushed. "
@@ -163,13 +169,13 @@ def _overlapped(
     try:
         _register_queues(client, lanes)
         connection = pool.get_connection()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except REDIS_FAILURES as exc:
         raise unavailable(exc) from exc
     try:
         script_calls.send(connection, script, keys, args)
     except BaseException as exc:
         pool.release(connection)
-        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        if isinstance(exc, REDIS_FAILURES):
             raise unavailable(exc) from exc
         raise
     try:
@@ -182,7 +188,7 @@ def _overlapped(
     except BaseException as exc:
         # The reply may still be in flight: never hand this socket to anyone else.
         connection.disconnect()  # type: ignore[no-untyped-call]
-        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        if isinstance(exc, REDIS_FAILURES):
             raise unavailable(exc) from exc
         raise
     finally:
@@ -236,7 +242,7 @@ def _push_batch(
         try:
             _register_queues(client, {prepared[0].lane})
             codes = script(keys=keys, args=args, client=client)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_FAILURES as exc:
             raise unavailable(exc) from exc
     return [
         Pushed(_BATCH_STATUS[code], reason=None if code == b"q" else _BATCH_STATUS[code]) for code in codes
@@ -262,13 +268,20 @@ def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
 
 
 def unavailable(exc: Exception) -> QueueUnavailable:
+    where = f"Redis at {redis_description()}"
+    if isinstance(exc, redis.ResponseError):
+        return QueueUnavailable(
+            f"{where} refused the push ({exc}); nothing was enqueued or recorded. A replica answers "
+            "READONLY (after a failover, point KUMIKO_JOBS['REDIS'] at the primary or a Sentinel "
+            "URL), a full Redis under maxmemory-policy noeviction OOM."
+        )
     if isinstance(exc, redis.TimeoutError):
         # The command may still run when Redis recovers; then its worker records and runs it.
         what = "the job was not recorded; if Redis runs the stalled command later, the job runs then"
     else:
         what = "nothing was enqueued or recorded"
     return QueueUnavailable(
-        f"Redis at {redis_description()} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
+        f"{where} did not answer within {get_config()['REDIS_TIMEOUT']}s ({exc}); "
         f"{what}. Check that Redis runs and KUMIKO_JOBS['REDIS'] is right."
     )
 
