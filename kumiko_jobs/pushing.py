@@ -244,16 +244,16 @@ def _push_batch(
             codes = script(keys=keys, args=args, client=client)
         except REDIS_FAILURES as exc:
             raise unavailable(exc) from exc
-    return [
-        Pushed(_BATCH_STATUS[code], reason=None if code == b"q" else _BATCH_STATUS[code]) for code in codes
-    ]
+    return [_decode_batch(p, code) for p, code in zip(prepared, codes, strict=True)]
 
 
-_BATCH_STATUS: dict[bytes, Literal["queued", "duplicate", "skipped"]] = {
-    b"q": "queued",
-    b"d": "duplicate",
-    b"s": "skipped",
-}
+def _decode_batch(p: PreparedJob, code: bytes) -> Pushed:
+    if code == b"q":
+        return Pushed("queued")
+    if code == b"d":
+        return Pushed("duplicate", reason="duplicate")
+    # b"s<i>": refused by the job's i-th skip limit, which names the reason (max_per_tenant, ...).
+    return Pushed("skipped", reason=p.gates.limits[int(code[1:]) - 1].reason)
 
 
 def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:

@@ -154,6 +154,26 @@ def test_replace_drops_waiting_runs_of_the_key(tenants: list[Any]) -> None:
     assert JobRun.objects.get(pk=last.run_id).status == RunStatus.SUCCEEDED
 
 
+def test_replace_under_a_skip_limit_replaces_the_waiting_run(tenants: list[Any]) -> None:
+    """max_per_tenant=1 with replace: a new run takes the waiting run's place (before, the limit
+    refused it and the stale run stayed); with one running and none waiting it is refused."""
+    tenant = str(tenants[0].pk)
+    first = dispatch("tests.replacing_limited", {"v": 1}, tenant=tenant)
+    second = dispatch("tests.replacing_limited", {"v": 2}, tenant=tenant)
+    assert (second.status, second.reason) == ("queued", None)
+    assert JobRun.objects.get(pk=first.run_id).status == RunStatus.DROPPED
+    lane = Lane()
+    running = lane.claim()
+    assert running is not None and running.job_id == second.job_id
+    third = dispatch("tests.replacing_limited", {"v": 3}, tenant=tenant)
+    assert (third.status, third.reason) == ("skipped", "max_per_tenant")
+    lane.finish(running)
+    fourth = dispatch("tests.replacing_limited", {"v": 4}, tenant=tenant)
+    assert fourth.status == "queued"
+    assert drain() == {"succeeded": 1}
+    assert get_redis().hlen(get_keys().active) == 0  # every limit count given back
+
+
 def test_debounce_collapses_rapid_dispatches_into_one_run(traces: Any) -> None:
     results = [dispatch("tests.debounced", {"v": v}) for v in range(5)]
     assert len({r.job_id for r in results}) == 1
@@ -275,3 +295,88 @@ def test_replace_keeps_a_defer_cap(tenants: list[Any]) -> None:
     lane.finish(running)
     nxt = lane.claim()
     assert nxt is not None and nxt.job_id == third.job_id
+
+
+def test_a_flow_parked_under_a_lowered_cap_is_served_once_a_push_finds_room(tenants: list[Any]) -> None:
+    """A deploy lowered tests.capped's cap from 2 to 1 while a run went on. A worker of the old
+    deploy finishes it naming only the old flow, so nothing unparks the new one, which shares
+    its counter; the next push into it looks again (before, it stayed parked for good)."""
+    import dataclasses
+
+    from kumiko_jobs import MaxPerTenant
+    from kumiko_jobs.registry import registry
+
+    tenant = str(tenants[0].pk)
+    dispatch("tests.capped", {"old": True}, tenant=tenant)
+    lane = Lane()
+    running = lane.claim()
+    assert running is not None
+    original = registry.get("tests.capped")
+    registry._jobs["tests.capped"] = dataclasses.replace(original, max_per_tenant=MaxPerTenant(1, "defer"))
+    try:
+        late = dispatch("tests.capped", {"late": 1}, tenant=tenant)
+        state = get_keys().lane("worker") + "st"
+        assert get_redis().hget(state, f"c1|tests.capped|{tenant}") == b"p"
+        lane.finish(running)  # as an old worker: Release(flow="c2|...") and no current flow
+        assert lane.claim() is None  # parked still: no push came since
+        later = dispatch("tests.capped", {"late": 2}, tenant=tenant)
+        served = lane.claim()
+        assert served is not None and served.job_id == late.job_id
+        lane.finish(served)
+        nxt = lane.claim()
+        assert nxt is not None and nxt.job_id == later.job_id
+    finally:
+        registry._jobs["tests.capped"] = original
+
+
+def test_a_merged_debounce_keeps_its_key_as_long_as_the_pending_run_waits(redis_client: Any) -> None:
+    from kumiko_jobs.gates import gates_for
+    from kumiko_jobs.registry import registry
+
+    key = gates_for(registry.get("tests.debounced"), None, get_keys()).debounce_key
+    first = dispatch("tests.debounced", {"v": 1})
+    ttl = redis_client.pttl(key)
+    assert 1000 < ttl <= 1400  # 2 x 200 ms + 1 s
+    time.sleep(0.5)
+    again = dispatch("tests.debounced", {"v": 2})
+    assert again.job_id == first.job_id
+    # Extended with the wait (before, it kept its first TTL: a burst longer than that started a
+    # second pending run beside the first).
+    assert redis_client.pttl(key) > ttl - 100
+
+
+def test_a_stock_rq_push_of_an_id_whose_hash_is_gone_leaves_no_stray_hash(redis_client: Any) -> None:
+    keys = get_keys()
+    ghost = f"{keys.id_tag}-ghost"
+    redis_client.rpush(keys.queue("worker"), ghost)
+    promote_due(redis_client, keys, "worker")
+    assert redis_client.llen(keys.queue("worker")) == 0
+    assert not redis_client.exists(keys.job(ghost))
+    assert drain() == {}
+
+
+def test_a_job_with_unreadable_meta_gives_back_its_cap_slot(redis_client: Any, tenants: list[Any]) -> None:
+    tenant = str(tenants[0].pk)
+    result = dispatch("tests.capped", {}, tenant=tenant)
+    keys = get_keys()
+    redis_client.hset(keys.job(result.job_id), "meta", "{not json")
+    assert drain() == {"failed": 1}
+    # The claim counted it in its (job, tenant) scope; the failure, with no meta to name the
+    # flow, finds it in the hash (before, the slot stayed taken and the scope at cap 1 parked).
+    assert redis_client.hget(keys.running("worker"), f"|tests.capped|{tenant}") is None
+    runs = [dispatch("tests.capped", {"i": i}, tenant=tenant) for i in range(2)]
+    assert drain() == {"succeeded": 2}
+    assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.SUCCEEDED}
+
+
+def test_a_batch_push_names_the_limit_that_refused_a_job(tenants: list[Any]) -> None:
+    from kumiko_jobs.preparing import prepare
+    from kumiko_jobs.pushing import push_batch
+    from kumiko_jobs.registry import registry
+
+    definition = registry.get("tests.limited")  # max_per_tenant=3, skip
+    prepared = [prepare(definition, {}, tenant_id=str(tenants[0].pk), user_id=None) for _ in range(5)]
+    pushed = push_batch(prepared)
+    assert [(p.status, p.reason) for p in pushed] == [("queued", None)] * 3 + [
+        ("skipped", "max_per_tenant")
+    ] * 2

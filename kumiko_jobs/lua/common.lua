@@ -19,11 +19,32 @@ local function count_queued(P, n)
   if n ~= 0 then redis.call('INCRBY', queued_key(P), n) end
 end
 
+-- Put a parked capped flow back in the ring when its scope is below the cap again.
+local function unpark(P, flow)
+  local cap = cap_of(flow)
+  if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
+  if running_count(P, flow) >= cap then return end
+  if flow_size(P, flow) > 0 then
+    redis.call('RPUSH', ring_key(P), flow)
+    redis.call('HSET', state_key(P), flow, IN_RING)
+    arm(P)
+  else
+    redis.call('HDEL', state_key(P), flow)
+  end
+end
+
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
 local function push_flow(P, flow, id, front)
   flow_add(P, flow, id, front)
   count_queued(P, 1)
-  if redis.call('HGET', state_key(P), flow) then return end
+  local state = redis.call('HGET', state_key(P), flow)
+  if state == PARKED then
+    -- Releases unpark the flows they name. After a deploy changed a cap, old workers release
+    -- the old flow only, though the new one shares its counter: a push looks again.
+    unpark(P, flow)
+    return
+  end
+  if state then return end
   local cap = cap_of(flow)
   if cap and running_count(P, flow) >= cap then
     redis.call('HSET', state_key(P), flow, PARKED)
@@ -42,26 +63,16 @@ local function sweep(P, plain, max)
   for _ = 1, max do
     local id = redis.call('LPOP', plain)
     if not id then break end
-    local flow = redis.call('HGET', job_key(id), 'kumiko_flow') or NO_TENANT_FLOW
-    redis.call('HSET', job_key(id), 'status', 'queued')
-    push_flow(P, flow, id, false)
-    n = n + 1
+    local jk = job_key(id)
+    -- An id whose hash is gone (expired, deleted) has nothing to run; writing its status would
+    -- leave a hash of that one field, without a TTL.
+    if redis.call('EXISTS', jk) == 1 then
+      redis.call('HSET', jk, 'status', 'queued')
+      push_flow(P, redis.call('HGET', jk, 'kumiko_flow') or NO_TENANT_FLOW, id, false)
+      n = n + 1
+    end
   end
   return n
-end
-
--- Put a parked capped flow back in the ring when its scope is below the cap again.
-local function unpark(P, flow)
-  local cap = cap_of(flow)
-  if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
-  if running_count(P, flow) >= cap then return end
-  if flow_size(P, flow) > 0 then
-    redis.call('RPUSH', ring_key(P), flow)
-    redis.call('HSET', state_key(P), flow, IN_RING)
-    arm(P)
-  else
-    redis.call('HDEL', state_key(P), flow)
-  end
 end
 
 -- A capped flow's slot frees: count it and unpark the flow (and the job's current flow, if a
@@ -76,14 +87,15 @@ local function release(P, flow, current)
 end
 
 -- Count a run in each of its skip limits, or refuse it: returns the 1-based index of the limit
--- that is full (nothing counted then), or nil.
-local function admit(active, limit_keys, limits)
+-- that is full (nothing counted then), or nil. credit (optional): per limit key, runs that stop
+-- counting in the same script call (the waiting runs a "replace" drops), whose room it may take.
+local function admit(active, limit_keys, limits, credit)
   local caps = {}
   for v in each_line(limits) do caps[#caps + 1] = tonumber(v) end
   local i, taken = 0, {}
   for key in each_line(limit_keys) do
     i = i + 1
-    if redis.call('HINCRBY', active, key, 1) > caps[i] then
+    if redis.call('HINCRBY', active, key, 1) > caps[i] + (credit and credit[key] or 0) then
       redis.call('HINCRBY', active, key, -1)
       for _, k in ipairs(taken) do redis.call('HINCRBY', active, k, -1) end
       return i
@@ -127,8 +139,13 @@ local function finish(P, R, id, now, now_iso, e)
   local kind, ttl, retry_at, meta, exc_info, flow, limit_keys, current =
     e.kind, e.ttl, e.retry_at, e.meta, e.exc_info, e.flow, e.limit_keys, e.current
   local jk = job_key(id)
-  -- A job given back whose meta the worker could not read: the flow it was claimed from.
-  if kind == 'return' and flow == '' then flow = redis.call('HGET', jk, 'kumiko_flow') or '' end
+  -- A job whose meta the worker could not read (given back, or failed as malformed): the flow
+  -- it was claimed from and its skip limits, from its hash, so its cap slot and limits are
+  -- released all the same. (A readable job always names its flow.)
+  if flow == '' then
+    flow = redis.call('HGET', jk, 'kumiko_flow') or ''
+    if limit_keys == '' then limit_keys = redis.call('HGET', jk, 'kumiko_lk') or '' end
+  end
   if flow ~= '' then release(P, flow, current) end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   if kind == 'ok' and tonumber(ttl) == 0 then

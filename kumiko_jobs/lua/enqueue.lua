@@ -20,10 +20,24 @@ if debounce_key ~= '' then
       end
     end
     redis.call('ZADD', scheduled, now + debounce_seconds, pending)
+    -- The key lives as long as the pending run waits: a burst longer than its first TTL must
+    -- not start a second pending run.
+    redis.call('PEXPIRE', debounce_key, math.floor(debounce_seconds * 2000) + 1000)
     return {'b', pending}
   end
 end
-local refused = admit(active, limit_keys, limits)
+local credit
+if replace == '1' and limit_keys ~= '' then
+  -- The waiting runs this one replaces stop counting in their limits below: a limit they fill
+  -- is room for it. (Refusing instead kept the stale run and turned "replace" into "skip".)
+  credit = {}
+  for _, old in ipairs(flow_ids(P, flow)) do
+    for key in each_line(redis.call('HGET', job_key(old), 'kumiko_lk') or '') do
+      credit[key] = (credit[key] or 0) + 1
+    end
+  end
+end
+local refused = admit(active, limit_keys, limits, credit)
 if refused then return {'s', refused} end
 
 redis.call('HSET', job, unpack(ARGV, FIELDS))

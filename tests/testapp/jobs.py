@@ -176,6 +176,11 @@ def capped_replacing(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("capped_replacing", payload, ctx)
 
 
+@job(name="tests.replacing_limited", concurrency="replace", max_per_tenant=1)
+def replacing_limited(payload: dict[str, Any], ctx: JobContext) -> None:
+    _timed("replacing_limited", payload, ctx)
+
+
 @job(name="tests.debounced", concurrency="debounce", debounce_ms=200)
 def debounced(payload: dict[str, Any], ctx: JobContext) -> None:
     _timed("debounced", payload, ctx)
