@@ -24,6 +24,9 @@ class RunStatus(models.TextChoices):
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.DEFERRED)
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.DROPPED)
+# Job id columns (job_id, fanout_of, fanout_parent). Was 100: a 64-character QUEUE_PREFIX with
+# a ':' made a plain dispatch's id 104 characters and a fan-out child's up to 149.
+JOB_ID_LENGTH = 255
 
 
 class JobRun(models.Model):
@@ -37,8 +40,9 @@ class JobRun(models.Model):
     subject = models.CharField(max_length=500, null=True, blank=True)  # noqa: DJ001
     lane = models.CharField(max_length=16)
     # Unique through Meta.constraints: a field's unique=True adds a second, LIKE-pattern index on
-    # PostgreSQL that nothing queries and every insert would pay for.
-    job_id = models.CharField(max_length=100)
+    # PostgreSQL that nothing queries and every insert would pay for. Wide enough for the longest
+    # id the package makes (a tz="tenant" tick's child under a 64-character prefix: 149).
+    job_id = models.CharField(max_length=JOB_ID_LENGTH)
     trigger_name = models.CharField(max_length=200, blank=True, default="")
     triggered_by = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001  (no user)
     correlation_id = models.CharField(max_length=64, blank=True, default="")
@@ -60,9 +64,9 @@ class JobRun(models.Model):
     retry_of = models.UUIDField(null=True, blank=True)  # indexed where set: Meta.indexes
     # A wrapper's children get job ids derived from this job id (a retried wrapper's from the
     # original's), so a retry enqueues only the tenants the original did not reach.
-    fanout_of = models.CharField(max_length=100, blank=True, default="")
+    fanout_of = models.CharField(max_length=JOB_ID_LENGTH, blank=True, default="")
     # A fan-out child: the job id its wrapper's children ids derive from (the original wrapper).
-    fanout_parent = models.CharField(max_length=100, blank=True, default="")
+    fanout_parent = models.CharField(max_length=JOB_ID_LENGTH, blank=True, default="")
     # The tenant may see this run (tenant_visible_run, and the run has a tenant): see
     # kumiko_jobs.tenant_history for what of it.
     tenant_visible = models.BooleanField(default=False)

@@ -27,3 +27,24 @@ def test_run_ids_order_by_time_and_do_not_repeat() -> None:
     assert max(first) < min(later)
     # The random bits vary (not only the clock): ids of one millisecond differ below it.
     assert len({run_id.int & ((1 << 62) - 1) for run_id in first}) == 2_000
+
+
+def test_the_longest_job_ids_the_package_makes_fit_their_columns() -> None:
+    """A 64-character prefix with ':' (its id tag gets a 7-character suffix), a tz="tenant" tick's
+    wrapper and its child for a 40-character tenant id (longer ones are hashed to 20): before,
+    100 characters was the limit and PostgreSQL refused the rows (SQLite stores any length and
+    never said so)."""
+    from kumiko_jobs.fanout import child_job_id
+    from kumiko_jobs.keys import Keys
+    from kumiko_jobs.models import JobRun
+    from kumiko_jobs.scheduling.specs import zone_tick_job_id
+
+    keys = Keys("p:" + "x" * 62)
+    wrapper = zone_tick_job_id(keys, "j" * 200, 4_102_444_800.0, "America/Argentina/ComodRivadavia")
+    child = child_job_id(wrapper, "t" * 40)
+    plain = f"{keys.id_tag}-{'f' * 32}"
+    widths = {
+        name: JobRun._meta.get_field(name).max_length for name in ("job_id", "fanout_of", "fanout_parent")
+    }
+    assert (len(wrapper), len(child), len(plain)) == (106, 149, 104)
+    assert all(len(child) <= width for width in widths.values() if width is not None), widths
