@@ -71,17 +71,17 @@ def available(connection: BaseDatabaseWrapper) -> bool:
         and not connection.in_atomic_block
         and not connection.execute_wrappers
         and not connection.queries_logged
-        and _psycopg3()
+        and is_psycopg3()
         and connection.get_autocommit()
     )
 
 
 @cache
-def _psycopg3() -> bool:
+def is_psycopg3() -> bool:
     """Django's PostgreSQL backend runs on psycopg 3 (libpq's pipeline) or psycopg2 (cursor)."""
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3 as django_is_psycopg3
 
-    return bool(is_psycopg3)
+    return bool(django_is_psycopg3)
 
 
 Statement = tuple[bytes, Sequence[bytes | None]]  # SQL with $n placeholders, text parameters

@@ -124,8 +124,10 @@ def _execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -
             cursor.execute(sql, params)
             return int(cursor.rowcount)
         cursor.execute("SET LOCAL synchronous_commit TO OFF; " + sql, params)
-        # psycopg 3 returns one result per statement: move to the UPDATE/INSERT one.
-        cursor.nextset()
+        if pg_pipeline.is_psycopg3():
+            # psycopg 3 returns one result per statement: move to the UPDATE/INSERT one.
+            # (psycopg2 keeps only the last one, and its nextset() raises NotSupportedError.)
+            cursor.nextset()
         return int(cursor.rowcount)
 
 
