@@ -106,13 +106,15 @@ def step(
         claims=len(claims),
         counts=len(counts) // 5,
     )
+    rest = (*items, *counts)
     try:
         raw = script_calls.call(
             client,
             scripts_for(client).finish_and_claim,
             [*keys.outcome_registries(lane), keys.queue(lane)],
-            argv(args, *items, *counts),
+            argv(args, *rest),
             connection=connection,
+            args_again=lambda: argv(args._replace(again=1), *rest),
         )
     except redis.RedisError:
         tally.give_back(lane, counts)  # counted with the next call

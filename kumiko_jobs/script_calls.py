@@ -10,7 +10,7 @@ the client's pool, so connection handling, TLS and RESP3 stay redis-py's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
@@ -39,11 +39,21 @@ def send(connection: Any, script: Script, keys: Sequence[str], args: Sequence[An
 
 
 def call(
-    client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any], *, connection: Any = None
+    client: redis.Redis,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    *,
+    connection: Any = None,
+    args_again: Callable[[], Sequence[Any]] | None = None,
 ) -> Any:
     """Run ``script`` and return its reply. A script Redis does not know yet (first use, a
     restarted server) and a connection that failed are handed to redis-py's own call, which
-    loads the script and applies the client's retry policy.
+    loads the script and applies the client's retry policy. After a failure that leaves open
+    whether the call ran (a timeout, or a connection lost once it was sent), that call gets the
+    arguments ``args_again()`` makes, when given: the script's way of not doing twice what the
+    first call may have done (lua/finish_and_claim.lua). A callable: on the hot path they are
+    almost never needed.
 
     ``connection``: one of the client's connections that only this caller uses (the --threads
     lane steps, lane.Stepper). Taking one from the pool per call costs a lock, a select()
@@ -63,10 +73,14 @@ def call(
             pool.release(taken)
     if reply is _HAND_OVER:
         return script(keys=list(keys), args=list(args), client=client)
+    if reply is _UNKNOWN:
+        again = args_again() if args_again is not None else args
+        return script(keys=list(keys), args=list(again), client=client)
     return reply
 
 
-_HAND_OVER = object()  # _call_on: let redis-py's own script call do it
+_HAND_OVER = object()  # _call_on: nothing ran; let redis-py's own script call do it
+_UNKNOWN = object()  # _call_on: it may have run; the same, with args_again
 
 
 def _call_on(connection: Any, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -81,7 +95,7 @@ def _call_on(connection: Any, script: Script, keys: Sequence[str], args: Sequenc
         # The reply may still be in flight: never send on this socket again (a dedicated
         # connection reconnects on its next send).
         connection.disconnect()
-        return _HAND_OVER
+        return _UNKNOWN
     except BaseException:
         connection.disconnect()
         raise

@@ -74,6 +74,10 @@ class FinishAndClaimArgs(NamedTuple):
     finished: int
     claims: int
     counts: int
+    # 1: the same call again after its outcome was lost (a timeout or a dropped connection after
+    # it was sent): claims the first one made under these execution ids are returned instead of
+    # claiming more (lua/finish_and_claim.lua).
+    again: int = 0
 
 
 class PromoteArgs(NamedTuple):

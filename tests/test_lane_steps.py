@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,10 +14,11 @@ import redis
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.connection import get_keys, get_redis
-from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.jobdata import JobMeta, rq_time
 from kumiko_jobs.lane import Claim, ClaimedJob, Finished, Stepper, finish_and_claim, step
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.outcomes import Outcome, Release, given_back
+from kumiko_jobs.scripts import FinishAndClaimArgs, argv, scripts_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,3 +110,32 @@ def test_a_job_given_back_is_first_in_its_flow_again_with_its_cap_slot_free(tena
     assert [JobMeta.from_json(j.meta_raw).attempt for j in again] == [1, 1]
     assert {JobRun.objects.get(pk=r.run_id).status for r in runs} == {RunStatus.QUEUED}
     assert client.zcard(keys.started("worker")) == 2  # the two claimed again, nothing else
+
+
+def test_a_step_sent_again_returns_the_claims_the_first_one_made_instead_of_claiming_more(
+    redis_client: redis.Redis,
+) -> None:
+    """A step whose reply was lost (a timeout, a dropped connection) is sent again with
+    ``again``: if the first one ran, its claims are in the started registry under the same
+    execution ids, and the second returns them, doing nothing else. (Before, it claimed the next
+    jobs too: the first call's stayed started with no worker, and the reaper counted an attempt
+    for each that never ran.) script_calls.call sends the second call so (args_again)."""
+    runs = [dispatch("tests.record", {"n": n}) for n in range(3)]
+    client, keys = get_redis(), get_keys()
+    script = scripts_for(client).finish_and_claim
+    script_keys = [*keys.outcome_registries("worker"), keys.queue("worker")]
+
+    def call(again: int, *executions: str) -> list[str]:
+        args = FinishAndClaimArgs(
+            now=time.time(), now_iso=rq_time(datetime.now(UTC)), worker="sim", deadline=time.time() + 60,
+            lane_prefix=keys.lane("worker"), finished=0, claims=len(executions), counts=0, again=again,
+        )  # fmt: skip
+        raw = script(keys=script_keys, args=argv(args, *executions), client=client)
+        return [raw[i].decode() for i in range(0, len(raw), 3)]
+
+    assert call(0, "e1", "e2") == [runs[0].job_id, runs[1].job_id]  # the first call ran
+    assert call(1, "e1", "e2") == [runs[0].job_id, runs[1].job_id]  # sent again: the same jobs
+    started = redis_client.zrange(keys.started("worker"), 0, -1)
+    assert sorted(started) == sorted(f"{r.job_id}:e{n}".encode() for n, r in enumerate(runs[:2], 1))
+    # Sent again when the first never ran: nothing under its execution id, so it claims.
+    assert call(1, "e3") == [runs[2].job_id]

@@ -1,15 +1,48 @@
 -- The lane step: finish attempts and claim jobs, in one round trip. One job thread sends at most
 -- one of each; the claimer of a --threads process sends those of all its job threads (claiming.py).
--- ARGV: scripts.FinishAndClaimArgs, then `finished` entries of (id, member, scripts.Ending),
+-- ARGV: scripts.FinishAndClaimArgs (9 fields), then `finished` entries of (id, member, scripts.Ending),
 -- then `claims` execution ids, then `counts` entries of ended-attempt counts (5 items each:
 -- outcome_counts.py).
 -- KEYS: 1 started, 2 finished, 3 failed, 4 scheduled, 5 active-limits hash, 6 plain RQ list.
 -- Returns {id, data, meta} per claimed job, flat; fewer than `claims` when the lane ran dry.
-local now, now_iso, worker, deadline, P, finished, claims, counts = unpack(ARGV, 1, 8)
-local HEADER, FINISHED_ITEMS = 8, 10
+local now, now_iso, worker, deadline, P, finished, claims, counts, again = unpack(ARGV, 1, 9)
+local HEADER, FINISHED_ITEMS = 9, 10
 local R = {finished = KEYS[2], failed = KEYS[3], scheduled = KEYS[4], active = KEYS[5]}
 finished, claims, counts = tonumber(finished), tonumber(claims), tonumber(counts)
 now = tonumber(now)
+local first_claim = HEADER + FINISHED_ITEMS * finished + 1
+
+-- The same call again, its first outcome lost: if the first one ran, its claims are in the
+-- started registry under these execution ids. Return them, and do nothing else (its finishes
+-- and counts are in): claiming again would leave them with no worker until the reaper counted
+-- an attempt each. One scan of the registry, on this rare path only.
+if again == '1' and claims > 0 then
+  local wanted, found = {}, {}
+  for i = first_claim, first_claim + claims - 1 do wanted[ARGV[i]] = i - first_claim + 1 end
+  local cursor = '0'
+  repeat
+    local page = redis.call('ZSCAN', KEYS[1], cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for j = 1, #page[2], 2 do
+      local member = page[2][j]
+      local id, execution = string.match(member, '^(.*):([^:]*)$')
+      if execution and wanted[execution] then found[wanted[execution]] = id end
+    end
+  until cursor == '0'
+  local jobs = {}
+  for k = 1, claims do
+    local id = found[k]
+    if id then
+      local f = redis.call('HMGET', job_key(id), 'data', 'meta')
+      if f[1] then
+        jobs[#jobs + 1] = id
+        jobs[#jobs + 1] = f[1]
+        jobs[#jobs + 1] = f[2] or ''
+      end
+    end
+  end
+  if #jobs > 0 then return jobs end
+end
 
 -- Only the holder of the run's lease tells Redis how it ended: if the reaper took the lease (the
 -- worker stalled past ABANDON_AFTER), the run is already back in its flow or failed.
@@ -19,7 +52,6 @@ for i = HEADER + 1, HEADER + FINISHED_ITEMS * (finished - 1) + 1, FINISHED_ITEMS
     finish(P, R, id, now, now_iso, ending(ARGV, i + 2))
   end
 end
-local first_claim = HEADER + FINISHED_ITEMS * finished + 1
 count_outcomes(P, ARGV, first_claim + claims, counts)
 local jobs = {}
 for i = first_claim, first_claim + claims - 1 do
