@@ -19,7 +19,9 @@ Django's ORM is synchronous. Inside a coroutine use its async methods (``await
 Note.objects.acreate(...)``, ``aget``, ``acount``) or ``asgiref.sync.sync_to_async``: during a
 job they run on the thread's *database thread*, one helper thread per worker thread with its own
 connection, kept between jobs and tidied after each job that used it, like the worker's own
-(db_connections.py). A transaction must sit inside one ``sync_to_async`` function.
+(db_connections.py). A transaction must sit inside one ``sync_to_async`` function. A call
+there that outlives its cancelled handler by STUCK_AFTER is given up with its thread, and the
+job reported stuck (a worker recycles the process).
 ``ctx.dispatch`` called inside the loop runs there too (the loop waits for it).
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,9 +39,12 @@ from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext
 
+from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import JobTimeout
 from kumiko_jobs.tenancy import current_tenant_id, get_activator
-from kumiko_jobs.timeouts import enforce_timeout
+from kumiko_jobs.timeouts import enforce_timeout, report_stuck
+
+logger = logging.getLogger("kumiko_jobs")
 
 # Seconds after an async handler's timeout at which the timer of plain handlers stops it, when
 # the loop's cancellation did not (a handler that blocks without awaiting). Long enough for a
@@ -77,14 +83,28 @@ class _DatabaseThread(ThreadPoolExecutor):
         # nothing runs outside the tenant's schema.
         return super().submit(self._activate_then, activation, fn, *args, **kwargs)
 
-    def deactivate(self) -> None:
-        """Leave the job's activator (after its last call here, before the next job)."""
+    def wind_down(self) -> Future[None] | None:
+        """After a job's last call here: leave its activator and tidy the connection if the job
+        used it, as one task behind the job's calls (None: nothing to do)."""
         self._activation = None
-        if self._active is not None:
-            context, stack = self._active
-            self._active = None
-            # Left in the context it was entered in: a context variable's reset needs it.
-            super().submit(context.run, stack.close).result()
+        active, self._active = self._active, None
+        used, self.used = self.used, False
+        if active is None and not used:
+            return None
+
+        def run() -> None:
+            try:
+                if active is not None:
+                    # Left in the context it was entered in: a context variable's reset needs it.
+                    context, stack = active
+                    context.run(stack.close)
+            finally:
+                if used:
+                    from kumiko_jobs.db_connections import tidy_after_job
+
+                    tidy_after_job()
+
+        return super().submit(run)
 
     def _activate_then(
         self, activation: AbstractContextManager[Any], fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -149,12 +169,36 @@ def run_coroutine(
             job_thread.replace_loop()
         raise
     finally:
-        job_thread.database.deactivate()
-        if job_thread.database.used:
-            from kumiko_jobs.db_connections import tidy_after_job
+        _wind_down(job_thread, job_name)
 
-            job_thread.database.submit(tidy_after_job).result()
-            job_thread.database.used = False
+
+def _wind_down(job_thread: _JobThread, job_name: str) -> None:
+    """Leave the job's activator and tidy its connection on the database thread. A call the job
+    left running there (a ``sync_to_async`` call still blocked when the handler was cancelled at
+    its timeout) holds that up for as long as it runs, with no timer of its own: after
+    STUCK_AFTER the thread is given up, a new one serves the next job, and the job is reported
+    stuck, as a plain handler blocked in C code is (a worker recycles the process)."""
+    pending = job_thread.database.wind_down()
+    if pending is None:
+        return
+    grace = float(get_config()["STUCK_AFTER"])
+    try:
+        pending.result(timeout=grace)
+    except TimeoutError:
+        stuck, job_thread.database = job_thread.database, _DatabaseThread(threading.current_thread().name)
+        # Its queue runs once the call returns: the wind-down (in the context it needs), then
+        # the connection is closed, and the thread ends.
+        from django.db import connections
+
+        stuck.submit(connections.close_all)
+        stuck.shutdown(wait=False)
+        logger.error(
+            "kumiko_jobs: a database call of %s still runs %gs after the handler ended (a blocking "
+            "call in sync_to_async, past the job's timeout); its thread is given up",
+            job_name,
+            grace,
+        )
+        report_stuck(job_name)
 
 
 def call_off_loop[T](func: Callable[..., T], *args: Any, **kwargs: Any) -> T:

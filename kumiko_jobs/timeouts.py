@@ -176,6 +176,14 @@ _watchdog: Watchdog | None = None
 _watchdog_lock = threading.Lock()
 
 
+def report_stuck(job_name: str) -> None:
+    """Report the calling thread's job stuck, as the watchdog reports a handler stuck past its
+    deadline, where a worker listens (it gives up the run's lease and recycles the process)."""
+    dog = _watchdog
+    if dog is not None and dog.on_stuck is not None:
+        dog.on_stuck(threading.get_ident(), job_name)
+
+
 def watchdog() -> Watchdog:
     global _watchdog
     with _watchdog_lock:

@@ -177,6 +177,8 @@ class LaneWorker(SimpleWorker):
         blocking call (timeouts.py), and a job runs where RQ's SimpleWorker runs it. The upkeep
         runs between jobs, on the same database connection (the writer has the only other)."""
         loop = JobThread(self, claimer, writer)
+        # An async job whose database call outlives it is reported so (async_handlers.py).
+        watchdog().on_stuck = self._on_stuck
         try:
             while True:
                 self.upkeep.run_quietly()

@@ -140,6 +140,29 @@ def test_a_handler_that_blocks_without_awaiting_is_stopped_after_its_timeout(tra
     assert run.error == "JobTimeout: Job 'tests.async_blocking' exceeded its timeout of 0.2s and was stopped."
 
 
+def test_a_database_call_left_running_past_the_timeout_holds_up_nothing(
+    traces: Any, settings: Any, tenants: list[Any]
+) -> None:
+    """The handler awaits a blocking call on its database thread and is cancelled at its timeout;
+    the call runs on. Winding the job down (its activator, its connection's tidy) waited for
+    that call with no timer, 4 s here, and would have forever; now it gives the database thread
+    up after STUCK_AFTER, and the next job gets a new one."""
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "STUCK_AFTER": 0.5}
+    result = dispatch("tests.async_db_blocking", {"seconds": 4})
+    started = time.monotonic()
+    assert drain() == {"failed": 1}
+    assert time.monotonic() - started < 2.5  # 0.2 s, then 0.5 s: not the call's 4 s
+    run = JobRun.objects.get(pk=result.run_id)
+    assert (
+        run.error
+        == "JobTimeout: Job 'tests.async_db_blocking' exceeded its timeout of 0.2s and was cancelled."
+    )
+    dispatch("tests.async_note", {"text": "after"}, tenant=tenants[0])
+    assert drain() == {"succeeded": 1}
+    [note] = traces("async_note")
+    assert note["tenant"] == str(tenants[0].pk)
+
+
 def test_blocking_without_awaiting_in_a_job_thread_is_stopped_and_the_loop_still_works() -> None:
     import asyncio
 

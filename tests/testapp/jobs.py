@@ -533,6 +533,18 @@ async def async_blocking(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("async_blocking_end", **_ctx_fields(ctx))
 
 
+@job(name="tests.async_db_blocking", timeout=0.2)
+async def async_db_blocking(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Awaits a blocking call on the database thread: cancelled at its timeout, the call runs on."""
+    import time
+
+    from asgiref.sync import sync_to_async
+
+    trace("async_db_blocking_start", **_ctx_fields(ctx))
+    await sync_to_async(time.sleep)(float(payload.get("seconds", 4)))
+    trace("async_db_blocking_end", **_ctx_fields(ctx))
+
+
 @job(name="tests.async_note")
 async def async_note(payload: dict[str, Any], ctx: JobContext) -> None:
     """Django's async ORM inside the tenant's scope (activated around the coroutine)."""
