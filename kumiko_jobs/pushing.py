@@ -189,7 +189,7 @@ def _overlapped(
         # The reply may still be in flight: never hand this socket to anyone else.
         connection.disconnect()  # type: ignore[no-untyped-call]
         if isinstance(exc, REDIS_FAILURES):
-            raise unavailable(exc) from exc
+            raise unavailable(exc, sent=True) from exc
         raise
     finally:
         pool.release(connection)
@@ -267,7 +267,9 @@ def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
     return Pushed("duplicate", reason="duplicate")
 
 
-def unavailable(exc: Exception) -> QueueUnavailable:
+def unavailable(exc: Exception, *, sent: bool = False) -> QueueUnavailable:
+    """QueueUnavailable for a Redis failure; ``sent``: it came after the command was sent, so a
+    lost connection leaves open whether Redis ran it, as a timeout does."""
     where = f"Redis at {redis_description()}"
     if isinstance(exc, redis.ResponseError):
         return QueueUnavailable(
@@ -275,9 +277,10 @@ def unavailable(exc: Exception) -> QueueUnavailable:
             "READONLY (after a failover, point KUMIKO_JOBS['REDIS'] at the primary or a Sentinel "
             "URL), a full Redis under maxmemory-policy noeviction OOM."
         )
-    if isinstance(exc, redis.TimeoutError):
-        # The command may still run when Redis recovers; then its worker records and runs it.
-        what = "the job was not recorded; if Redis runs the stalled command later, the job runs then"
+    if isinstance(exc, redis.TimeoutError) or sent:
+        # The command may have run, or still run when Redis recovers; then its worker records
+        # and runs it.
+        what = "the job was not recorded; if Redis ran the command or runs it later, the job runs then"
     else:
         what = "nothing was enqueued or recorded"
     return QueueUnavailable(
