@@ -176,7 +176,7 @@ def measure_processes(env: BenchEnv, count: int, rounds: int) -> tuple[Rate, Rat
             )
             short = sum(o.workers < processes for o in overlaps[processes])
             if short:
-                rate.note += f"; in {short} round(s) fewer processes claimed runs"
+                rate.note += f"; in {short} round(s) not every process worked at one moment"
         if loads[processes]:
             rate.note += f"; {load_note(loads[processes])}"
     if loads[2]:

@@ -267,16 +267,29 @@ def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
     return Pushed("duplicate", reason="duplicate")
 
 
+# By the refusal's error code (redis-py drops the READONLY and OOM prefixes from the message of
+# its ReadOnlyError and OutOfMemoryError, so those are matched by class below).
+_REFUSAL_HINTS = {
+    "NOREPLICAS": " The primary has too few replicas in sync (min-replicas-to-write).",
+    "MISCONF": " Redis cannot save its snapshot and refuses writes until it can: see its log.",
+}
+
+
 def unavailable(exc: Exception, *, sent: bool = False) -> QueueUnavailable:
     """QueueUnavailable for a Redis failure; ``sent``: it came after the command was sent, so a
     lost connection leaves open whether Redis ran it, as a timeout does."""
     where = f"Redis at {redis_description()}"
     if isinstance(exc, redis.ResponseError):
-        return QueueUnavailable(
-            f"{where} refused the push ({exc}); nothing was enqueued or recorded. A replica answers "
-            "READONLY (after a failover, point KUMIKO_JOBS['REDIS'] at the primary or a Sentinel "
-            "URL), a full Redis under maxmemory-policy noeviction OOM."
-        )
+        if isinstance(exc, redis.ReadOnlyError):
+            hint = (
+                " A replica answers so: after a failover, point KUMIKO_JOBS['REDIS'] at the primary"
+                " or a Sentinel URL."
+            )
+        elif isinstance(exc, redis.exceptions.OutOfMemoryError):
+            hint = " Redis is at its maxmemory under maxmemory-policy noeviction: give it memory."
+        else:
+            hint = _REFUSAL_HINTS.get(str(exc).split(" ", 1)[0], "")
+        return QueueUnavailable(f"{where} refused the push ({exc}); nothing was enqueued or recorded.{hint}")
     if isinstance(exc, redis.TimeoutError) or sent:
         # The command may have run, or still run when Redis recovers; then its worker records
         # and runs it.

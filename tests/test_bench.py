@@ -234,9 +234,11 @@ def test_overlap_is_the_span_in_which_every_worker_process_worked() -> None:
     one = recorded_overlap("other")
     assert (one.workers, one.jobs, round(one.seconds, 6), one.stagger) == (1, 3, 0.25, 0.0)
 
+    # Never working at one moment (p1 0.0-0.25 s, p2 0.5-0.65 s: a short round on a busy machine):
+    # the whole round, as one process working, which the rate's note counts.
     JobRun.objects.bulk_create(runs("apart", "w-p1", range(3)) + runs("apart", "w-p2", range(5, 7)))
-    with pytest.raises(BenchError, match="no moment in which all 2 worker processes worked"):
-        recorded_overlap("apart")
+    apart = recorded_overlap("apart")
+    assert (apart.workers, apart.jobs, round(apart.seconds, 6), round(apart.stagger, 6)) == (1, 5, 0.65, 0.5)
     with pytest.raises(BenchError, match="no run of nothing succeeded"):
         recorded_overlap("nothing")
 
