@@ -154,7 +154,9 @@ class Heartbeat(threading.Thread):
                 known = script(keys=keys, args=argv(args, *members))
                 if not known and self.on_lost is not None:
                     self.on_lost()
-            except redis.RedisError:
+            except Exception:
+                # Any error, not only Redis': a heartbeat thread that died would let the leases
+                # of running jobs lapse, and the reaper would run them again beside them.
                 logger.warning("kumiko_jobs: heartbeat failed; retrying", exc_info=True)
 
     def stop(self) -> None:

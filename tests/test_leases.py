@@ -82,3 +82,34 @@ def test_lost_hash_of_an_abandoned_run_gives_back_its_cap_slot(tenants: list[Any
     reap(redis_client, get_keys(), "worker", "reaper")
     third = finish_and_claim(redis_client, get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
     assert third is not None and third.job_id == runs[2].job_id  # the slot came back
+
+
+def test_the_heartbeat_outlives_an_error_that_is_not_redis(settings: Any, redis_client: Any) -> None:
+    """A heartbeat thread that died let the leases of running jobs lapse, and the reaper ran them
+    again beside them; an error of its own (here: re-registering after Redis lost the worker's
+    key fails) is logged, and the next beat renews the leases."""
+    from kumiko_jobs.leases import Heartbeat
+
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "HEARTBEAT_INTERVAL": 0.05}
+    keys = get_keys()
+    member = "some-job:exec"
+    redis_client.zadd(keys.started("worker"), {member: time.time() + 1})
+    failures: list[str] = []
+
+    def register_again() -> None:
+        failures.append("lost")
+        raise RuntimeError("cannot register again")
+
+    heartbeat = Heartbeat(
+        get_redis(), keys, "worker", f"{keys.prefix}:no-such-worker", on_lost=register_again
+    )
+    heartbeat.hold(member)
+    heartbeat.start()
+    try:
+        time.sleep(0.4)
+        assert heartbeat.is_alive() and len(failures) >= 2
+        # Renewed to ABANDON_AFTER from now by the latest beat, not left at its first second.
+        assert redis_client.zscore(keys.started("worker"), member) > time.time() + 5
+    finally:
+        heartbeat.stop()
+        heartbeat.join(timeout=5)
