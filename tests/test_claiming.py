@@ -83,8 +83,13 @@ def test_a_stopping_claimer_gives_its_ready_jobs_back_untouched(
     claimer._pace.ended(16, time.monotonic())  # a fast pace: four jobs ready for each thread
     claimer.start()
     try:
-        wait_until(lambda: client.zcard(keys.started("worker")) == 6, 10, "every run claimed ahead")
-        assert len(worker.leases._members) == 6  # their leases are renewed meanwhile
+        # Claimed in Redis, and their leases renewed meanwhile: the claimer holds them once the
+        # step's reply is back, a moment after Redis counts them (so both are waited for).
+        wait_until(
+            lambda: client.zcard(keys.started("worker")) == 6 and len(worker.leases._members) == 6,
+            10,
+            "every run claimed ahead, its lease held",
+        )
         worker._stop_requested = True  # SIGTERM
         assert claimer.take() is None  # no job starts after a stop
         # Back in Redis first, then the leases are let go.
