@@ -6,25 +6,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('kumiko_jobs', '0007_runs_time_ordered_ids'),
+        ("kumiko_jobs", "0007_runs_time_ordered_ids"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='jobrun',
-            name='fanout_of',
-            field=models.CharField(blank=True, default='', max_length=255),
+            model_name="jobrun",
+            name="fanout_of",
+            field=models.CharField(blank=True, default="", max_length=255),
         ),
         migrations.AlterField(
-            model_name='jobrun',
-            name='fanout_parent',
-            field=models.CharField(blank=True, default='', max_length=255),
+            model_name="jobrun",
+            name="fanout_parent",
+            field=models.CharField(blank=True, default="", max_length=255),
         ),
         migrations.AlterField(
-            model_name='jobrun',
-            name='job_id',
+            model_name="jobrun",
+            name="job_id",
             field=models.CharField(max_length=255),
         ),
     ]
