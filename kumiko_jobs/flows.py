@@ -19,6 +19,14 @@ Limit keys name counters of queued+running runs (skip gates): ``m|<job>|<tenant>
 
 A flow that holds work has a state in the lane's state hash: ``r`` (in the ring, served) or
 ``p`` (parked: a capped flow at its cap, out of the ring until a slot frees).
+
+New flows first: a flow that gets work while idle goes to the head of the ring, and a flow the
+claims leave empty leaves it. A tenant whose queue never builds up (one run now and then) is so
+served at once, ahead of a backlog, as FQ-CoDel serves sparse flows. The price is the same as
+there: a backlogged flow waits for as long as idle flows keep arriving, so it gets only what the
+sparse ones leave; it starves only when they alone take every worker's capacity. Each capped
+(job, tenant) flow is a ring entry of its own, so a tenant with several such jobs backlogged
+gets a turn for each.
 """
 
 from __future__ import annotations
