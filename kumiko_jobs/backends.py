@@ -21,7 +21,7 @@ caps, retries, the admin, crash repair.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.core.checks import CheckMessage
@@ -134,7 +134,7 @@ class KumikoTaskBackend(BaseTaskBackend):
             payload,
             tenant_id=normalise_tenant(current_tenant_id()),
             user_id=None,
-            delay=delay_seconds(task.run_after - now) if task.run_after else 0.0,
+            delay=delay_seconds(_until(task.run_after, now)) if task.run_after else 0.0,
             run_id=run_id,
             now=now,
         )
@@ -143,7 +143,9 @@ class KumikoTaskBackend(BaseTaskBackend):
         using = router.db_for_write(JobRun)
         if transaction.get_connection(using).in_atomic_block:
             # Like the push: announced once committed, never for a rolled-back enqueue.
-            transaction.on_commit(lambda: self._announce(result), using=using)
+            # Robust: a receiver that raises must not come out of the caller's atomic() after
+            # its COMMIT and cancel the on_commit callbacks after it (the next enqueue's push).
+            transaction.on_commit(lambda: self._announce(result), using=using, robust=True)
         else:
             self._announce(result)
         return result
@@ -160,6 +162,14 @@ class KumikoTaskBackend(BaseTaskBackend):
 
     def _announce(self, result: TaskResult[Any, Any]) -> None:
         task_enqueued.send(type(self), task_result=result)
+
+
+def _until(run_after: datetime, now: datetime) -> timedelta:
+    """How long until ``run_after``: aware or naive as Django allows it (naive only with USE_TZ
+    off, in local time; an aware one then still compares with the current instant)."""
+    if timezone.is_aware(run_after) and timezone.is_naive(now):
+        return run_after - datetime.now(UTC)
+    return run_after - now
 
 
 def import_task(name: str) -> None:

@@ -52,6 +52,9 @@ def task_priority(payload: Mapping[str, Any]) -> int:
     """The priority a task's run waits with in its ordered flow (0 if the payload has none)."""
     options = payload.get("task")
     priority = options.get("priority") if isinstance(options, Mapping) else None
+    if isinstance(priority, float) and priority.is_integer():
+        # Django's validation takes a whole float (5.0), and its Task keeps it so.
+        return int(priority)
     return priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
 
 

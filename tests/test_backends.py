@@ -103,8 +103,68 @@ def test_return_values_are_json() -> None:
     assert ok.return_value == [1, "two"]
     assert JobRun.objects.get(pk=ok.id).result == [1, "two"]
     assert bad.status == TaskResultStatus.FAILED
-    assert bad.errors[0].exception_class is TypeError
+    assert issubclass(bad.errors[0].exception_class, TypeError)
     assert "returned a value that is not JSON (nan is not representable in JSON)" in bad.errors[0].traceback
+
+
+def test_a_return_value_is_stored_as_json_stores_it_and_an_unstorable_one_is_not_retried(
+    redis_client: Any,
+) -> None:
+    """Keys become strings, as a JSONField writes them (Django's own backends accept {1: ...}).
+    A value no record can store fails the run at once: the task did its work, and a retry (this
+    one has two) would do it again."""
+    from kumiko_jobs.connection import get_keys
+
+    keyed = tasks.charges_then_returns.enqueue("keyed", "dict")
+    nan = tasks.charges_then_returns.enqueue("nan", "nan")
+    assert drain() == {"succeeded": 1, "failed": 1}
+    keyed.refresh()
+    nan.refresh()
+    assert (keyed.status, keyed.return_value) == (TaskResultStatus.SUCCESSFUL, {"1": "one"})
+    assert (nan.status, nan.attempts) == (TaskResultStatus.FAILED, 1)
+    assert redis_client.get(f"{get_keys().prefix}:nan") == b"1"  # its work was done once
+
+
+def test_a_whole_float_priority_orders_as_its_int(traces: Any) -> None:
+    # Django's validation takes 5.0; the run must wait with priority 5 (it waited with 0).
+    tasks.traced.enqueue("plain")
+    tasks.traced.using(priority=5.0).enqueue("five")
+    assert drain() == {"succeeded": 2}
+    assert [e["label"] for e in traces("traced_start")] == ["five", "plain"]
+
+
+def test_an_aware_run_after_with_use_tz_off(settings: Any) -> None:
+    """Django takes an aware run_after when USE_TZ is off too; comparing it with the naive local
+    now raised TypeError from enqueue."""
+    from datetime import UTC, datetime, timedelta
+
+    settings.USE_TZ = False
+    result = tasks.noop_task.using(run_after=datetime.now(UTC) + timedelta(seconds=60)).enqueue()
+    assert drain(timeout=0.2) == {}  # not due yet
+    run = JobRun.objects.get(pk=result.id)
+    assert run.status == RunStatus.QUEUED and run.next_attempt_at is not None
+
+
+def test_a_raising_task_enqueued_receiver_inside_atomic_cancels_no_other_commit_work() -> None:
+    from django.db import transaction
+
+    def refuse(**kwargs: Any) -> None:
+        raise RuntimeError("a receiver's bug")
+
+    after: list[str] = []
+    task_enqueued.connect(refuse)
+    try:
+        with transaction.atomic():
+            first = tasks.noop_task.enqueue(1)
+            second = tasks.noop_task.enqueue(2)
+            transaction.on_commit(lambda: after.append("ran"))
+    finally:
+        task_enqueued.disconnect(refuse)
+    # Before, the receiver's error came out of atomic() after COMMIT, and the callbacks after
+    # it (the second enqueue's push, the caller's own) never ran.
+    assert after == ["ran"]
+    assert {JobRun.objects.get(pk=r.id).pushed_at is not None for r in (first, second)} == {True}
+    assert drain() == {"succeeded": 2}
 
 
 def test_arguments_a_run_record_cannot_store_are_refused() -> None:
