@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import DeferralError, EscapeHatchDenied
 from kumiko_jobs.scrubbing import scrub
+from kumiko_jobs.validation import storable_text
 
 if TYPE_CHECKING:
     from kumiko_jobs.definitions import JobDefinition
@@ -285,7 +286,9 @@ def _traceback_text(exc_info: ExcInfo) -> str:
 
 
 def cut_line(text: str) -> str:
-    """A run record's log line at most MAX_LOG_LINE_CHARS long, saying how much was cut."""
+    """A run record's log line, storable (validation.storable_text) and at most
+    MAX_LOG_LINE_CHARS long, saying how much was cut."""
+    text = storable_text(text)
     if len(text) <= MAX_LOG_LINE_CHARS:
         return text
     return f"{text[:MAX_LOG_LINE_CHARS]}... [{len(text) - MAX_LOG_LINE_CHARS} more characters not kept]"

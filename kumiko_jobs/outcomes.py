@@ -35,6 +35,7 @@ from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.observability import in_this_context, record_failure
 from kumiko_jobs.registry import registry
 from kumiko_jobs.scrubbing import scrub
+from kumiko_jobs.validation import storable_text
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -159,8 +160,8 @@ def failed_attempt(
     """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
     now = datetime.now(UTC)
     # Scrubbed before anything stores or logs them: run record, Redis, span, log line.
-    message = scrub(f"{exc.__class__.__name__}: {exc}")
-    trace_text = scrub("".join(tb.format_exception(exc)))
+    message = storable_text(scrub(f"{exc.__class__.__name__}: {exc}"))
+    trace_text = storable_text(scrub("".join(tb.format_exception(exc))))
     record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts
     final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts

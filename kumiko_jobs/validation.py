@@ -84,6 +84,20 @@ def _check_text(text: str, path: str) -> None:
         raise InvalidPayload(path, f"the string is not valid Unicode ({exc.reason} at {exc.start})") from None
 
 
+def storable_text(text: str) -> str:
+    """Text a run record can hold, whatever a handler produced: PostgreSQL's text and jsonb
+    refuse NUL, and UTF-8 cannot encode a lone surrogate. An exception's message or a log line
+    may carry either; such a run's outcome write failed, so its record never said it ran, and
+    repair ran it again, and again. (A payload with them is refused instead: validate_payload.)"""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def check_text_option(name: str, value: Any, max_length: int) -> str:
     """A text argument stored on the run (correlation id, trigger name, user id)."""
     if not isinstance(value, str):

@@ -270,6 +270,22 @@ def test_a_huge_error_message_is_kept_whole_once_and_cut_in_each_attempts_log_li
     assert errors == [cut, cut]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_text_a_record_cannot_hold_is_stored_replaced_and_the_run_is_not_run_again() -> None:
+    """PostgreSQL refuses NUL in text and jsonb, and UTF-8 a lone surrogate: the outcome write
+    failed, the record never said the run ended, and repair ran it again, and again."""
+    ok = dispatch("tests.odd_text", {})
+    failed = dispatch("tests.odd_text", {"fail": True})
+    assert drain() == {"succeeded": 1, "failed": 1}
+    ok_run, failed_run = JobRun.objects.get(pk=ok.run_id), JobRun.objects.get(pk=failed.run_id)
+    assert ok_run.status == RunStatus.SUCCEEDED
+    assert ok_run.logs[0]["msg"] == "read a\ufffdb?c"
+    assert failed_run.status == RunStatus.FAILED
+    assert failed_run.error == "ValueError: bad\ufffdbytes?"
+    assert failed_run.traceback.rstrip().endswith("ValueError: bad\ufffdbytes?")
+    assert drain() == {}
+
+
 def _context(name: str) -> JobContext:
     definition = registry.get(name)
     return JobContext(

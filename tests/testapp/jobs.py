@@ -487,6 +487,14 @@ def raise_long(payload: dict[str, Any], ctx: JobContext) -> None:
     raise RuntimeError("x" * int(payload["chars"]))
 
 
+@job(name="tests.odd_text")
+def odd_text(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Logs, and may raise, text with a NUL and a lone surrogate (bytes decoded carelessly)."""
+    ctx.log.info("read %s", "a\x00b\ud800c")
+    if payload.get("fail"):
+        raise ValueError("bad\x00bytes\udcff")
+
+
 # --- async def handlers (tests/test_async_handlers.py) -----------------------------------------
 
 
