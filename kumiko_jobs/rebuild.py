@@ -230,7 +230,10 @@ def _rebuild_batch(client: redis.Redis, keys: Keys, lane: str, state: RebuildSta
     rows_query = rows_query.filter(updated_at__lt=state.started)
     if state.after:
         stamp, pk = state.after
-        rows_query = rows_query.filter(Q(updated_at__gt=stamp) | Q(updated_at=stamp, pk__gt=pk))
+        # updated_at >= stamp first: the index scan starts there (the OR alone bounds none).
+        rows_query = rows_query.filter(updated_at__gte=stamp).filter(
+            Q(updated_at__gt=stamp) | Q(updated_at=stamp, pk__gt=pk)
+        )
     rows = list(rows_query.order_by("updated_at", "pk").only(*ROW_FIELDS)[:BATCH])
     if len(rows) < BATCH:
         # This status is done: queued, then deferred; running runs are left to repair, which

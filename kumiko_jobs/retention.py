@@ -102,7 +102,12 @@ def _batches(rows: QuerySet[Any], field: str, batch: int) -> Iterator[list[Any]]
     while True:
         page = rows
         if after is not None:
-            page = page.filter(Q(**{f"{field}__gt": after[0]}) | Q(**{field: after[0], "pk__gt": after[1]}))
+            # The OR alone bounds no index scan on PostgreSQL: each page read every row before it
+            # again (a review measured 505,061 rows filtered out halfway through 1,000,000). The
+            # plain lower bound is what the index scan starts from.
+            page = page.filter(**{f"{field}__gte": after[0]}).filter(
+                Q(**{f"{field}__gt": after[0]}) | Q(**{field: after[0], "pk__gt": after[1]})
+            )
         found = list(page.order_by(field, "pk").values_list(field, "pk")[:batch])
         if not found:
             return

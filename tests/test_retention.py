@@ -97,6 +97,9 @@ def test_each_batch_is_a_bounded_statement(tenants: list[Any]) -> None:
     assert len(deletes) == 3  # 2 + 2 + 1
     assert all("LIMIT 2" in sql for sql in selects), selects
     assert all("ORDER BY" in sql and '"queued_at"' in sql for sql in selects)
+    # Each page after the first starts its index scan at the last key seen (a plain lower bound
+    # beside the (key, pk) OR, which alone bounds no scan: each page re-read all before it).
+    assert all('"queued_at" >=' in sql for sql in selects[1:]), selects
 
 
 def test_the_daily_job_is_declared_and_prunes_when_dispatched_by_hand(tenants: list[Any]) -> None:
