@@ -16,14 +16,16 @@ sent with the statement through a cursor. A caller's own transaction (dispatch i
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import cache
+from functools import cache, reduce
 from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Q
 
 from kumiko_jobs import pg_pipeline, run_rows
 from kumiko_jobs.guarded_writes import safe
@@ -273,9 +275,27 @@ def run_id_of(job_id: str) -> str | None:
     return str(run_id) if run_id else None
 
 
-def mark_requeued_by_operator(job_ids: Iterable[str], *, now: datetime) -> None:
-    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again."""
-    JobRun.objects.filter(job_id__in=list(job_ids)).exclude(status=RunStatus.RUNNING).update(
+def finish_times(job_ids: Iterable[str]) -> dict[str, datetime | None]:
+    """Each run's ``finished_at`` (None: not finished), by job id, for ``mark_requeued_by_operator``."""
+    return dict(JobRun.objects.filter(job_id__in=list(job_ids)).values_list("job_id", "finished_at"))
+
+
+def mark_requeued_by_operator(
+    job_ids: Iterable[str], *, now: datetime, finished_before: Mapping[str, datetime | None]
+) -> None:
+    """Runs an operator put back in their flows (django-rq's "requeue"): waiting again. Only
+    rows whose ``finished_at`` is still what it was before the requeue (``finished_before``):
+    a requeued run that a worker already ran again has its new outcome, which must stay."""
+    unchanged = [
+        Q(job_id=job_id, finished_at=finished_before[job_id])
+        if finished_before[job_id] is not None
+        else Q(job_id=job_id, finished_at__isnull=True)
+        for job_id in job_ids
+        if job_id in finished_before
+    ]
+    if not unchanged:
+        return
+    JobRun.objects.filter(reduce(operator.or_, unchanged)).exclude(status=RunStatus.RUNNING).update(
         status=RunStatus.QUEUED, finished_at=None, next_attempt_at=None, updated_at=now
     )
 

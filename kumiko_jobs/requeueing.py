@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import redis
+from django.db import DatabaseError
 from rq.utils import as_text
 
 from kumiko_jobs import guarded_writes, records
@@ -47,9 +48,16 @@ def requeue_jobs(job_ids: Iterable[str], *, client: redis.Redis | None = None) -
     ids = list(dict.fromkeys(job_ids))
     requeued: list[str] = []
     refused: dict[str, str] = {}
-    now = datetime.now(UTC)
     for start in range(0, len(ids), BATCH):
         batch = ids[start : start + BATCH]
+        now = datetime.now(UTC)
+        # Read before the script: a run requeued here may be run again and end before its row
+        # is marked queued, and that new outcome must stay (mark_requeued_by_operator).
+        try:
+            finished_before = records.finish_times(batch)
+        except DatabaseError:
+            finished_before = {}  # the rows keep their status until the runs end again
+            logger.warning("kumiko_jobs: requeue could not read the runs' records", exc_info=True)
         limits = _limits_of(client, batch)
         args: list[str] = []
         for job_id, job_limits in zip(batch, limits, strict=True):
@@ -57,18 +65,23 @@ def requeue_jobs(job_ids: Iterable[str], *, client: redis.Redis | None = None) -
         api_queue, worker_queue = (keys.queue_name(lane) for lane in LANES)
         header = RequeueArgs(api_queue, worker_queue, rq_time(now))
         codes = scripts_for(client).requeue(keys=[keys.active], args=argv(header, *args))
+        in_batch: list[str] = []
         for job_id, job_limits, raw in zip(batch, limits, codes, strict=True):
             code = raw.decode()
             if code == "q":
-                requeued.append(job_id)
+                in_batch.append(job_id)
             elif code.startswith("s"):
                 refused[job_id] = f"its {job_limits[int(code[1:]) - 1][1]} limit is full"
             else:
                 refused[job_id] = {"n": "no such job", "o": "not a kumiko_jobs job of these lanes"}.get(
                     code, f"it is {code}"
                 )
+        if in_batch:
+            guarded_writes.safe(
+                records.mark_requeued_by_operator, in_batch, now=now, finished_before=finished_before
+            )
+            requeued += in_batch
     if requeued:
-        guarded_writes.safe(records.mark_requeued_by_operator, requeued, now=now)
         logger.info("kumiko_jobs: requeued %d job(s) by operator request", len(requeued))
     return RequeueResult(tuple(requeued), refused)
 

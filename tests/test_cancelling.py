@@ -129,6 +129,28 @@ def test_requeue_a_failed_run_puts_it_back_in_its_flow(redis_client: Any, traces
     assert len(traces("unrecoverable")) == 2
 
 
+def test_requeue_leaves_the_new_outcome_of_a_run_that_already_ran_again() -> None:
+    """A requeued run may be claimed, run and ended before its row is marked queued (a bulk
+    requeue marked them all after its last batch): its new outcome must stay, or repair runs a
+    job that succeeded again."""
+    from datetime import UTC, datetime, timedelta
+
+    from kumiko_jobs import records
+
+    ran_again, waiting = dispatch("tests.unrecoverable", {}), dispatch("tests.unrecoverable", {})
+    assert drain() == {"failed": 2}
+    before = records.finish_times([ran_again.job_id, waiting.job_id])
+    # What a worker writes when the requeued run ends again, before the requeue's own write.
+    JobRun.objects.filter(pk=ran_again.run_id).update(
+        status=RunStatus.SUCCEEDED, finished_at=datetime.now(UTC) + timedelta(seconds=1)
+    )
+    records.mark_requeued_by_operator(
+        [ran_again.job_id, waiting.job_id], now=datetime.now(UTC), finished_before=before
+    )
+    assert JobRun.objects.get(pk=ran_again.run_id).status == RunStatus.SUCCEEDED
+    assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.QUEUED
+
+
 def test_requeue_a_scheduled_run_runs_it_now_and_refuses_a_queued_one(redis_client: Any) -> None:
     later = dispatch("tests.record", {}, delay=3600)
     now = dispatch("tests.record", {})
