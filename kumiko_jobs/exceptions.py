@@ -62,11 +62,6 @@ class UnrecoverableError(KumikoJobsError):
     """Raise from a handler to fail the run at once, without further retries."""
 
 
-class UnstorableResult(UnrecoverableError, TypeError):
-    """A Django task returned a value its run record cannot store. The run fails at once, without
-    retries: the task did its work, and a retry would do it again."""
-
-
 class EscapeHatchDenied(KumikoJobsError, PermissionError):
     """A job used an escape hatch its declaration does not grant."""
 
