@@ -115,6 +115,25 @@ def test_skipped_count_matches_croniter(
     assert f"skipped {expected} tick(s)" in caplog.text
 
 
+def test_a_long_outage_costs_the_new_leader_a_bounded_walk(
+    declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two days without a leader under six every-second schedules: the skipped ticks are counted
+    up to SKIP_COUNT_LIMIT each, so the step ends well inside the lease and fires (a walk of
+    100,000 ticks per entry outlasted the lease: every leader lost it, and no cursor moved)."""
+    from kumiko_jobs.scheduling.planner import SKIP_COUNT_LIMIT
+
+    for n in range(6):
+        declare(f"t.second_{n}", trigger=cron("* * * * * *"))
+    start = utc(2025, 1, 1, 12)
+    leader = make_leader(start)
+    leader.clock.t = start + 2 * 86400
+    with caplog.at_level(logging.WARNING, logger="kumiko_jobs"):
+        assert leader.planner.step(leader.token) is not None  # fired: the lease held
+    assert caplog.text.count(f"skipped at least {SKIP_COUNT_LIMIT} tick(s)") == 6
+    assert SKIP_COUNT_LIMIT <= 1_000
+
+
 def test_each_tick_runs_once_across_leader_changes(declare: Any, make_leader: Any, traces: Any) -> None:
     declare("t.minutely", trigger=cron("* * * * *"))
     first = make_leader(utc(2025, 1, 1, 12, 0, 30), owner="a")
