@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from kumiko_jobs import records
 from kumiko_jobs.conf import get_config
@@ -64,18 +64,10 @@ def prune(*, dry_run: bool = False, now: datetime | None = None, batch: int = BA
         queued_at__lt=run_cutoff, finished_at__lt=run_cutoff, status__in=FINISHED_STATUSES
     )
     runs = _sweep(old_runs, "queued_at", batch, None if dry_run else records.delete_runs)
-    failures = _sweep(
-        TenantFailure.objects.filter(last_failed_at__lt=run_cutoff),
-        "last_failed_at",
-        batch,
-        None if dry_run else _deleter(TenantFailure),
-    )
-    audits = _sweep(
-        EscapeHatchAudit.objects.filter(last_seen__lt=audit_cutoff),
-        "last_seen",
-        batch,
-        None if dry_run else _deleter(EscapeHatchAudit),
-    )
+    old_failures = TenantFailure.objects.filter(last_failed_at__lt=run_cutoff)
+    failures = _sweep(old_failures, "last_failed_at", batch, None if dry_run else _deleter(old_failures))
+    old_audits = EscapeHatchAudit.objects.filter(last_seen__lt=audit_cutoff)
+    audits = _sweep(old_audits, "last_seen", batch, None if dry_run else _deleter(old_audits))
     report = PruneReport(runs, failures, audits, run_cutoff, audit_cutoff, dry_run)
     logger.info(
         "kumiko_jobs: %s %d runs, %d tenant failure records (older than %s) and %d audits (older than %s)",
@@ -117,9 +109,13 @@ def _batches(rows: QuerySet[Any], field: str, batch: int) -> Iterator[list[Any]]
         after = found[-1]
 
 
-def _deleter(model: type[Model]) -> Any:
+def _deleter(rows: QuerySet[Any]) -> Any:
+    """Delete a batch of ``rows`` by key, still only those ``rows`` selects: a failure record or
+    an audit refreshed between the batch's SELECT and its DELETE (a new failure counted on it, a
+    new use) is new history, not old."""
+
     def delete(keys: list[Any]) -> int:
-        deleted, _ = model._default_manager.filter(pk__in=keys).delete()
+        deleted, _ = rows.filter(pk__in=keys).delete()
         return deleted
 
     return delete

@@ -102,6 +102,19 @@ def test_each_batch_is_a_bounded_statement(tenants: list[Any]) -> None:
     assert all('"queued_at" >=' in sql for sql in selects[1:]), selects
 
 
+def test_a_record_refreshed_between_a_batchs_select_and_its_delete_stays() -> None:
+    """The batch's DELETE selects by age again: a failure counted again (or an audit used again)
+    after the SELECT picked it is new history."""
+    from kumiko_jobs.retention import _deleter
+
+    stale, refreshed = failure("1", 40 * DAY), failure("2", 40 * DAY)
+    cutoff = datetime.now(UTC) - 30 * DAY
+    delete = _deleter(TenantFailure.objects.filter(last_failed_at__lt=cutoff))
+    TenantFailure.objects.filter(pk=refreshed.pk).update(last_failed_at=datetime.now(UTC))
+    assert delete([stale.pk, refreshed.pk]) == 1
+    assert list(TenantFailure.objects.values_list("pk", flat=True)) == [refreshed.pk]
+
+
 def test_the_daily_job_is_declared_and_prunes_when_dispatched_by_hand(tenants: list[Any]) -> None:
     definition = registry.get("kumiko_jobs.prune_history")
     assert definition.concurrency == "skip"
