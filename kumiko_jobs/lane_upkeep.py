@@ -33,6 +33,9 @@ REBUILD_INTERVAL = 1.0
 CLAIMS_FLUSH_INTERVAL = 1.0
 # How often a waiting job loop (or the --threads main thread) looks whether upkeep is due.
 TICK = 0.2
+# Promotion waits at most this long after its last round (its time is the wall clock's, which
+# the scheduled set's due times are on): a later one means the clock stepped back.
+PROMOTE_INTERVAL = 1.0
 
 
 class LaneUpkeep:
@@ -42,7 +45,9 @@ class LaneUpkeep:
         self._lock = threading.Lock()
         self._next_claims_flush = 0.0
         self._next_reap = 0.0
-        self._next_repair = time.time() + REPAIR_INTERVAL
+        # The other tasks' times are monotonic: a wall clock stepped back an hour stalled them
+        # for that hour.
+        self._next_repair = time.monotonic() + REPAIR_INTERVAL
         self._next_outbox = 0.0
         self._next_rebuild = 0.0
         self._database_down_since: float | None = None  # a task found the database unreachable
@@ -55,12 +60,14 @@ class LaneUpkeep:
     def due(self) -> bool:
         """Whether run() has anything to do now. run() asks it first, so a task added there
         without its time here runs nowhere (and the suite notices), never only in some workers."""
-        now = time.time()
-        if self.worker.schedule and now >= self.next_promote:
+        if self.worker.schedule and self._promote_due(time.time()):
             return True
-        return now >= min(
+        return time.monotonic() >= min(
             self._next_reap, self._next_repair, self._next_outbox, self._next_claims_flush, self._next_rebuild
         )
+
+    def _promote_due(self, wall: float) -> bool:
+        return wall >= self.next_promote or self.next_promote - wall > PROMOTE_INTERVAL
 
     def run_quietly(self) -> None:
         """run(), leaving a Redis outage to the claimer, which waits it out and reports it."""
@@ -74,11 +81,13 @@ class LaneUpkeep:
             return
         w = self.worker
         client, keys, lane = w.client, w.keys, w.lane
-        now = time.time()
-        if w.schedule and now >= self.next_promote:
+        wall = time.time()
+        if w.schedule and self._promote_due(wall):
             next_due = promote_due(client, keys, lane)
             with self._lock:
-                self.next_promote = min(now + 1.0, next_due) if next_due else now + 1.0
+                ahead = wall + PROMOTE_INTERVAL
+                self.next_promote = min(ahead, next_due) if next_due else ahead
+        now = time.monotonic()
         if now >= self._next_reap:
             self._next_reap = now + REAP_INTERVAL
             self._guarded("reaper", reap, client, keys, lane, w.name)

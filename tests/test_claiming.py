@@ -140,3 +140,25 @@ def test_an_attempt_that_ends_while_the_lane_is_idle_is_finished_by_its_thread(
         worker._stop_requested = True
         claimer.close()
         claimer.join(10)
+
+
+def test_upkeep_keeps_its_rounds_when_the_wall_clock_steps_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An NTP correction, a VM restored from a snapshot: the wall clock an hour back stalled every
+    upkeep task (reaper, repair, outbox, rebuild, claim counts) for that hour. Their rounds go by
+    the monotonic clock now, and promotion, whose times are the wall clock's, runs again at once."""
+    import types
+
+    from kumiko_jobs import lane_upkeep
+
+    for schedule in (True, False):
+        upkeep = LaneWorker("worker", schedule=schedule).upkeep
+        upkeep.run()
+        assert not upkeep.due()
+        stepped_back = types.SimpleNamespace(time=lambda: time.time() - 3600, monotonic=time.monotonic)
+        monkeypatch.setattr(lane_upkeep, "time", stepped_back)
+        if schedule:
+            assert upkeep.due()  # promotion: its next round an hour ahead cannot be right
+        else:
+            time.sleep(lane_upkeep.CLAIMS_FLUSH_INTERVAL + 0.05)
+            assert upkeep.due()  # the claim count's round came, an hour "early"
+        monkeypatch.undo()
