@@ -31,7 +31,7 @@ import redis
 from django.db.models import Q
 from rq.utils import as_text
 
-from kumiko_jobs import faults, guarded_writes, records
+from kumiko_jobs import faults, guarded_writes, keyset, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.definitions import wrapped_job
@@ -230,10 +230,7 @@ def _rebuild_batch(client: redis.Redis, keys: Keys, lane: str, state: RebuildSta
     rows_query = rows_query.filter(updated_at__lt=state.started)
     if state.after:
         stamp, pk = state.after
-        # updated_at >= stamp first: the index scan starts there (the OR alone bounds none).
-        rows_query = rows_query.filter(updated_at__gte=stamp).filter(
-            Q(updated_at__gt=stamp) | Q(updated_at=stamp, pk__gt=pk)
-        )
+        rows_query = keyset.after(rows_query, "updated_at", stamp, pk)
     rows = list(rows_query.order_by("updated_at", "pk").only(*ROW_FIELDS)[:BATCH])
     if len(rows) < BATCH:
         # This status is done: queued, then deferred; running runs are left to repair, which

@@ -25,7 +25,7 @@ import redis
 from django.db.models import Q
 from rq.utils import as_text
 
-from kumiko_jobs import rebuild, records
+from kumiko_jobs import keyset, rebuild, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
@@ -67,7 +67,7 @@ def repair_stale_runs(client: redis.Redis, keys: Keys, lane: str) -> int:
     if mark:
         stamp, _, mark_pk = as_text(mark).partition("|")
         after = datetime.fromisoformat(stamp)
-        rows = rows.filter(Q(updated_at__gt=after) | Q(updated_at=after, pk__gt=mark_pk))
+        rows = keyset.after(rows, "updated_at", after, mark_pk)
     batch = list(rows.order_by("updated_at", "pk").only(*fields)[:BATCH])
     if len(batch) < BATCH:
         client.delete(mark_key)  # reached the newest stale row: start from the oldest next time

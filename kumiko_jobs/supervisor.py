@@ -105,7 +105,6 @@ class Supervisor:
         self.children = [self._start(slot) for slot in range(1, self.processes + 1)]
         logger.info("supervisor (pid %d) runs %d worker processes", os.getpid(), self.processes)
         while self.children:
-            self._act_on_signals()
             time.sleep(POLL)
             self._act_on_signals()
             self._tend()

@@ -140,3 +140,16 @@ def test_jobs_prune_command(tenants: list[Any]) -> None:
     report = json.loads(out.getvalue())
     assert (report["runs"], report["dry_run"]) == (2, False)
     assert not JobRun.objects.exists()
+
+
+def test_every_keyset_walk_bounds_its_index_scan() -> None:
+    """Retention, the rebuild and the stale-run repair page through the run table with
+    keyset.after: each later page says where its index scan starts (the (key, pk) OR alone
+    does not, and a page re-read every row before it)."""
+    from kumiko_jobs import keyset
+
+    page = keyset.after(
+        JobRun.objects.all(), "updated_at", datetime.now(UTC), "00000000-0000-0000-0000-000000000000"
+    )
+    sql = str(page.query)
+    assert '"updated_at" >=' in sql and '"updated_at" >' in sql.replace('"updated_at" >=', "")

@@ -19,11 +19,11 @@ local function count_queued(P, n)
   if n ~= 0 then redis.call('INCRBY', queued_key(P), n) end
 end
 
--- Put a parked capped flow back in the ring when its scope is below the cap again.
-local function unpark(P, flow)
+-- A parked capped flow back in the ring if its scope is below the cap again (the caller knows
+-- it is parked).
+local function unpark_parked(P, flow)
   local cap = cap_of(flow)
-  if not cap or redis.call('HGET', state_key(P), flow) ~= PARKED then return end
-  if running_count(P, flow) >= cap then return end
+  if not cap or running_count(P, flow) >= cap then return end
   if flow_size(P, flow) > 0 then
     redis.call('RPUSH', ring_key(P), flow)
     redis.call('HSET', state_key(P), flow, IN_RING)
@@ -31,6 +31,11 @@ local function unpark(P, flow)
   else
     redis.call('HDEL', state_key(P), flow)
   end
+end
+
+-- Put a parked capped flow back in the ring when its scope is below the cap again.
+local function unpark(P, flow)
+  if cap_of(flow) and redis.call('HGET', state_key(P), flow) == PARKED then unpark_parked(P, flow) end
 end
 
 -- Append (or, with front, prepend) an id to its flow and make the flow eligible if it was idle.
@@ -41,7 +46,7 @@ local function push_flow(P, flow, id, front)
   if state == PARKED then
     -- Releases unpark the flows they name. After a deploy changed a cap, old workers release
     -- the old flow only, though the new one shares its counter: a push looks again.
-    unpark(P, flow)
+    unpark_parked(P, flow)
     return
   end
   if state then return end
