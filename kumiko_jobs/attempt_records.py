@@ -8,6 +8,15 @@ and written by its writer thread, several in one round trip (``write_outcomes``,
 success_writes.py), before Redis is told. An outcome write that
 carries the attempt's start (``Started``) also records the start, so a short run costs one
 commit, and creates the row if the dispatcher's insert has not landed yet.
+
+Every write of an attempt is conditional (``records.AttemptGuard``): it applies only while the
+record is not at a later attempt and the run is unfinished, or finished before the attempt
+started (an operator's requeue marks the row queued after its push, so a worker may take the
+run first). A worker that stalled past its lease finds that the reaper retried or failed the
+run, and maybe another worker finished it since: its write raises ``StaleAttempt`` instead of
+overwriting the newer state, and the worker leaves the run alone (outcomes.stale). The
+reaper's own write may find the record one attempt ahead (a reaper that died between the
+record and Redis wrote it): ``reaping`` allows that one.
 """
 
 from __future__ import annotations
@@ -19,11 +28,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Q
+
 from kumiko_jobs import run_rows
+from kumiko_jobs.exceptions import StaleAttempt
 from kumiko_jobs.guarded_writes import durable, safe
 from kumiko_jobs.jobdata import JobMeta
-from kumiko_jobs.models import JobRun, RunStatus
-from kumiko_jobs.records import insert_queued, update_run, update_runs
+from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
+from kumiko_jobs.records import AttemptGuard, insert_queued, status_of, update_run, update_runs
 
 logger = logging.getLogger("kumiko_jobs")
 
@@ -56,16 +68,19 @@ def mark_running(
         "worker": worker,
         "updated_at": now,
     }
-    if update_run(meta.run_id, **values):
+    guard = AttemptGuard(meta.attempt, now)
+    if update_run(meta.run_id, guard=guard, **values):
         return
     # The dispatcher's insert has not landed (or failed): the run still gets its row. The insert
     # ignores a conflict on any unique column (the dispatcher's row may land in between, and it
-    # conflicts on the job id as well as the key), and the UPDATE then applies either way.
+    # conflicts on the job id as well as the key), and the UPDATE then applies either way,
+    # unless the row is there and has moved on.
     row = run_rows.new_run_row(
         meta=meta, job_id=job_id, payload=payload, queued_at=now, status=RunStatus.RUNNING
     )
     insert_queued([row])
-    update_run(meta.run_id, **values)
+    if not update_run(meta.run_id, guard=guard, **values):
+        raise _stale(meta)
 
 
 def mark_succeeded(
@@ -83,6 +98,7 @@ def prepare_succeeded(
     return OutcomeUpdate(
         meta,
         started,
+        _guard(meta, started),
         _with_start(
             meta,
             started,
@@ -100,38 +116,73 @@ def prepare_succeeded(
 @dataclass(frozen=True)
 class OutcomeUpdate:
     """An attempt's outcome as the UPDATE of its run, not sent yet; the row is created first if
-    the dispatcher's insert has not landed."""
+    the dispatcher's insert has not landed. ``guard``: when the run is still this attempt's
+    (module docstring)."""
 
     meta: JobMeta
     started: Started | None
+    guard: AttemptGuard
     values: dict[str, Any]
 
     def mark_outcome(self) -> None:
-        """Write it now, and wait for the answer."""
-        self.complete(update_run(self.meta.run_id, **self.values))
+        """Write it now, and wait for the answer; StaleAttempt if the run moved on."""
+        self.complete(update_run(self.meta.run_id, guard=self.guard, **self.values))
 
     def complete(self, updated: int) -> None:
-        """After its UPDATE, which found ``updated`` rows: create a row that did not exist yet."""
-        _create_if_missing(self.meta, self.started, self.values, updated)
+        """After its UPDATE, which found ``updated`` rows: create a row that did not exist yet,
+        or raise StaleAttempt for one that moved on."""
+        if updated:
+            return
+        if self.started is not None:
+            # mark_running raises StaleAttempt itself when the row is there and moved on.
+            mark_running(
+                meta=self.meta,
+                job_id=self.started.job_id,
+                payload=self.started.payload,
+                worker=self.started.worker,
+                now=self.started.at,
+            )
+            if update_run(self.meta.run_id, guard=self.guard, **self.values):
+                return
+        elif status_of(self.meta.run_id) is None:
+            return  # no row, and nothing to build one from (an operator deleted it)
+        raise _stale(self.meta)
 
 
-def write_outcomes(updates: Sequence[OutcomeUpdate]) -> None:
+def write_outcomes(updates: Sequence[OutcomeUpdate]) -> set[int]:
     """Write these outcomes in one round trip and one transaction (pg_pipeline). Where that is
     not available or fails (a broken connection, a bad value), each is written on its own
     through ``guarded_writes.durable``, which waits out a database that does not answer and logs a
-    write that fails again."""
+    write that fails again. Returns the positions of the stale ones (nothing written: their runs
+    moved on, see the module docstring)."""
+    stale: set[int] = set()
     try:
-        counts = update_runs([(update.meta.run_id, update.values) for update in updates])
+        counts = update_runs([(u.meta.run_id, u.values, u.guard) for u in updates])
     except Exception:
         logger.warning("kumiko_jobs: writing %d outcomes together failed; writing each alone", len(updates))
         counts = None
-    if counts is None:
-        for update in updates:
-            durable(update.mark_outcome)
-        return
-    for update, count in zip(updates, counts, strict=True):
-        if not count:
-            safe(update.complete, count)
+    for position, update in enumerate(updates):
+        try:
+            if counts is None:
+                durable(update.mark_outcome)
+            elif not counts[position]:
+                safe(update.complete, counts[position])
+        except StaleAttempt as exc:
+            log_stale(exc)
+            stale.add(position)
+    return stale
+
+
+def log_stale(exc: StaleAttempt) -> None:
+    logger.warning(
+        "kumiko_jobs: %s; this worker stalled past its lease, so it leaves the run to whoever "
+        "holds it now (its outcome is not recorded)",
+        exc,
+    )
+
+
+def _stale(meta: JobMeta) -> StaleAttempt:
+    return StaleAttempt(meta.run_id, meta.attempt, status_of(meta.run_id) or "no row")
 
 
 def mark_retry(
@@ -145,10 +196,12 @@ def mark_retry(
     next_attempt: int,
     max_attempts: int,
     started: Started | None = None,
+    reaping: bool = False,
 ) -> None:
     _finish(
         meta,
         started,
+        reaping,
         status=RunStatus.QUEUED,
         attempt=next_attempt,
         max_attempts=max_attempts,
@@ -168,10 +221,12 @@ def mark_failed(
     traceback: str,
     logs: list[LogLine],
     started: Started | None = None,
+    reaping: bool = False,
 ) -> None:
     _finish(
         meta,
         started,
+        reaping,
         status=RunStatus.FAILED,
         finished_at=now,
         updated_at=now,
@@ -188,6 +243,7 @@ def mark_deferred(
     _finish(
         meta,
         started,
+        False,
         status=RunStatus.DEFERRED,
         next_attempt_at=next_at,
         defer_count=meta.defers + 1,
@@ -196,10 +252,20 @@ def mark_deferred(
     )
 
 
-def _finish(meta: JobMeta, started: Started | None, **values: Any) -> None:
+def _finish(meta: JobMeta, started: Started | None, reaping: bool, **values: Any) -> None:
     """Write an attempt's outcome. With ``started`` the row also gets the start (a worker may
-    skip the separate "running" write for short runs), and is created if it is missing."""
-    OutcomeUpdate(meta, started, _with_start(meta, started, **values)).mark_outcome()
+    skip the separate "running" write for short runs), and is created if it is missing.
+    ``reaping``: the reaper's write, which may find its own earlier write (module docstring)."""
+    guard = _guard(meta, started, reaping)
+    OutcomeUpdate(meta, started, guard, _with_start(meta, started, **values)).mark_outcome()
+
+
+def _guard(meta: JobMeta, started: Started | None, reaping: bool = False) -> AttemptGuard:
+    """An attempt's write condition. Without ``started`` (the reaper's, or an outcome whose start
+    was written on its own) only an unfinished run is this attempt's."""
+    if reaping:
+        return AttemptGuard(meta.attempt + 1)
+    return AttemptGuard(meta.attempt, None if started is None else started.at)
 
 
 def _with_start(meta: JobMeta, started: Started | None, **values: Any) -> dict[str, Any]:
@@ -208,16 +274,6 @@ def _with_start(meta: JobMeta, started: Started | None, **values: Any) -> dict[s
         return values
     values.setdefault("attempt", meta.attempt)
     return {"started_at": started.at, "worker": started.worker, "max_attempts": meta.max_attempts, **values}
-
-
-def _create_if_missing(meta: JobMeta, started: Started | None, values: dict[str, Any], updated: int) -> None:
-    """After an outcome's UPDATE that found no row (``updated`` 0): the row did not exist yet."""
-    if updated or started is None:
-        return
-    mark_running(
-        meta=meta, job_id=started.job_id, payload=started.payload, worker=started.worker, now=started.at
-    )
-    update_run(meta.run_id, **values)
 
 
 def mark_requeued(
@@ -238,11 +294,20 @@ def mark_requeued(
         "max_attempts": meta.max_attempts,
         "logs": _all_logs(meta, logs, force_merge=True),
     }
-    if JobRun.objects.filter(pk=meta.run_id).update(**values) or started is None:
+    unfinished = Q(status__in=ACTIVE_STATUSES)
+    if started is not None:
+        unfinished |= Q(finished_at__lt=started.at)
+    held = JobRun.objects.filter(unfinished, pk=meta.run_id, attempt__lte=meta.attempt)
+    if held.update(**values):
         return
-    row = run_rows.new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)
-    insert_queued([row])
-    JobRun.objects.filter(pk=meta.run_id).update(**values)
+    if started is not None:
+        row = run_rows.new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)
+        insert_queued([row])
+        if held.update(**values):
+            return
+    elif status_of(meta.run_id) is None:
+        return
+    raise _stale(meta)
 
 
 def mark_failed_without_row(*, job_id: str, run_id: str | None, now: datetime, error: str) -> None:

@@ -90,3 +90,13 @@ class BootGateFailed(KumikoJobsError):
 class TaskNotRun(KumikoJobsError):
     """A Django task's run ended without an attempt of its own (it never reached Redis, was
     refused at commit, or its job vanished); the run's error says which."""
+
+
+class StaleAttempt(KumikoJobsError):
+    """An attempt's record write found the run moved on: finished, or at a later attempt (its
+    worker stalled past its lease and the reaper retried it). Nothing was written; the worker
+    leaves the run to whoever holds it now (attempt_records.py)."""
+
+    def __init__(self, run_id: str, attempt: int, status: str) -> None:
+        self.run_id, self.attempt, self.status = run_id, attempt, status
+        super().__init__(f"run {run_id} moved on from attempt {attempt}: its record says {status}")

@@ -24,6 +24,7 @@ from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.preparing import encode, prepare
 from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
+from kumiko_jobs.run_marker import mark_running
 from kumiko_jobs.run_rows import RunRow
 from kumiko_jobs.scheduling.zones import tenants_in_zone
 
@@ -53,15 +54,10 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
         # A newer deploy's job reaching an older worker gets the same grace as any unknown job.
         return outcomes.unknown_job(meta, target, start)
     job_id, payload = start.job_id, dict(start.payload)
-    guarded_writes.safe(
-        attempt_records.mark_running,
-        meta=meta,
-        job_id=job_id,
-        payload=payload,
-        worker=start.worker,
-        now=start.at,
-    )
-    run_events.started(meta, job_id)
+    if not mark_running(meta, start):
+        # The wrapper's run moved on while this worker stalled: fanning out again would queue a
+        # second run per tenant.
+        return Outcome("stale", "stale")
     try:
         total = 0
         # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.

@@ -4,7 +4,9 @@ that does not answer at all, so Redis never hears of an outcome the record lacks
 
 Both give a write one more try on a fresh connection when the first failed with a database
 error that may be a connection broken under it (every record write is an idempotent UPDATE or
-upsert). The writes themselves are in records.py and attempt_records.py.
+upsert). The writes themselves are in records.py and attempt_records.py. An attempt's write
+that finds its run moved on raises StaleAttempt through both: nothing failed, and the caller
+must not go on as if its outcome were recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from django.db import DatabaseError, DataError, IntegrityError, connections, router
 
 from kumiko_jobs import db_connections
+from kumiko_jobs.exceptions import StaleAttempt
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.outage import Outage
 
@@ -83,6 +86,8 @@ def _attempt(write: Callable[..., object], args: Any, kwargs: Any) -> Exception 
 def _try(write: Callable[..., object], args: Any, kwargs: Any) -> Exception | None:
     try:
         write(*args, **kwargs)
+    except StaleAttempt:
+        raise  # not a failed write: nothing was to be written (attempt_records.py)
     except Exception as exc:  # a bad value in a job's metadata must not stop the worker (poison job)
         return exc
     return None

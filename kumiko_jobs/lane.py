@@ -90,6 +90,8 @@ def step(
     now = datetime.now(UTC)
     stamp = now.timestamp()
     items: list[object] = []
+    # A stale attempt's run moved on without it (outcomes.stale): Redis hears nothing of it.
+    finished = [attempt for attempt in finished if attempt.outcome.kind != "stale"]
     for attempt in finished:
         outcome = attempt.outcome
         tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, stamp)

@@ -107,7 +107,19 @@ def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
         f"the worker running attempt {meta.attempt} stopped heartbeating for "
         f"{config['ABANDON_AFTER']}s (killed or crashed)"
     )
-    return outcomes.failed_attempt(definition, job_id, counted, error, [], extra_attempts=grant)
+    outcome = outcomes.failed_attempt(
+        definition, job_id, counted, error, [], extra_attempts=grant, reaping=True
+    )
+    if outcome.kind != "stale":
+        return outcome
+    # The record changed since it was read above: the worker was alive after all (stalled, not
+    # dead) and wrote its outcome meanwhile. Tell Redis what the record says.
+    recorded = records.status_of(meta.run_id)
+    if recorded in FINISHED_STATUSES:
+        return outcomes.recorded_outcome(definition, meta, recorded)
+    # Unfinished at a later attempt than Redis knows of: the lease is let go and its cap slot
+    # given back; the stale-run repair pushes the run again from its record.
+    return outcomes.Outcome("", "lost", outcomes.release_of(definition, meta))
 
 
 class Heartbeat(threading.Thread):

@@ -28,7 +28,7 @@ from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.context import cut_line
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.exceptions import MalformedJob, UnknownJob, UnrecoverableError
+from kumiko_jobs.exceptions import MalformedJob, StaleAttempt, UnknownJob, UnrecoverableError
 from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
@@ -41,7 +41,8 @@ logger = logging.getLogger("kumiko_jobs")
 
 # "": nothing to record in Redis (a reaped run whose hash is gone only gives back its cap slot).
 # "return": a claimed job that never started, back at the front of its flow (claiming.py).
-OutcomeKind = Literal["ok", "failed", "retry", "requeue", "return", ""]
+# "stale": an attempt whose run moved on (see ``stale``): Redis is told nothing of it.
+OutcomeKind = Literal["ok", "failed", "retry", "requeue", "return", "stale", ""]
 LogLine = dict[str, Any]
 # When a success is written and said (see the module docstring).
 Settle = Literal["now", "by_writer"]
@@ -109,9 +110,12 @@ def succeeded(
             meta=meta, now=now, logs=logs, started=start, result=result
         )
     else:
-        guarded_writes.durable(
-            attempt_records.mark_succeeded, meta=meta, now=now, logs=logs, started=start, result=result
-        )
+        try:
+            guarded_writes.durable(
+                attempt_records.mark_succeeded, meta=meta, now=now, logs=logs, started=start, result=result
+            )
+        except StaleAttempt as moved:
+            return stale(moved)
 
     def say() -> None:
         if definition is not None and definition.tenant_visible_failure is not None and meta.tenant_id:
@@ -156,8 +160,10 @@ def failed_attempt(
     *,
     extra_attempts: int = 0,
     start: attempt_records.Started | None = None,
+    reaping: bool = False,
 ) -> Outcome:
-    """One failed attempt: retry (with backoff) if attempts remain, else fail finally."""
+    """One failed attempt: retry (with backoff) if attempts remain, else fail finally.
+    ``reaping``: the reaper's outcome of an abandoned attempt (attempt_records.py)."""
     now = datetime.now(UTC)
     # Scrubbed before anything stores or logs them: run record, Redis, span, log line.
     message = storable_text(scrub(f"{exc.__class__.__name__}: {exc}"))
@@ -182,15 +188,19 @@ def failed_attempt(
     release = release_of(definition, meta)
     started_at = start.at if start else None
     if final:
-        guarded_writes.durable(
-            attempt_records.mark_failed,
-            meta=meta,
-            now=now,
-            error=message,
-            traceback=trace_text,
-            logs=logs,
-            started=start,
-        )
+        try:
+            guarded_writes.durable(
+                attempt_records.mark_failed,
+                meta=meta,
+                now=now,
+                error=message,
+                traceback=trace_text,
+                logs=logs,
+                started=start,
+                reaping=reaping,
+            )
+        except StaleAttempt as moved:
+            return stale(moved)
         _record_tenant_failure(definition, meta, exc, now)
         # One line per failed attempt; never the payload (it may carry personal data).
         run_events.attempt_ended(
@@ -209,18 +219,22 @@ def failed_attempt(
         )
     delay = definition.retry_delay(meta.attempt) if definition else 0.0
     next_meta = dataclasses.replace(meta, attempt=meta.attempt + 1, max_attempts=max_attempts)
-    guarded_writes.durable(
-        attempt_records.mark_retry,
-        meta=meta,
-        now=now,
-        next_at=now + timedelta(seconds=delay),
-        error=message,
-        traceback=trace_text,
-        logs=logs,
-        next_attempt=next_meta.attempt,
-        max_attempts=max_attempts,
-        started=start,
-    )
+    try:
+        guarded_writes.durable(
+            attempt_records.mark_retry,
+            meta=meta,
+            now=now,
+            next_at=now + timedelta(seconds=delay),
+            error=message,
+            traceback=trace_text,
+            logs=logs,
+            next_attempt=next_meta.attempt,
+            max_attempts=max_attempts,
+            started=start,
+            reaping=reaping,
+        )
+    except StaleAttempt as moved:
+        return stale(moved)
     run_events.attempt_ended(meta, job_id, "retried", started_at=started_at, error=message, exc=exc)
     _announce_start(meta, job_id, start)
     run_events.failed(meta, job_id, final=False, error=message)
@@ -247,9 +261,12 @@ def deferred(
         return failed_attempt(definition, job_id, meta, error, logs, start=start)
     now = datetime.now(UTC)
     next_at = now + timedelta(milliseconds=delay_ms)
-    guarded_writes.durable(
-        attempt_records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start
-    )
+    try:
+        guarded_writes.durable(
+            attempt_records.mark_deferred, meta=meta, now=now, next_at=next_at, logs=logs, started=start
+        )
+    except StaleAttempt as moved:
+        return stale(moved)
     run_events.attempt_ended(meta, job_id, "deferred", started_at=start.at, deferral="handler")
     _announce_start(meta, job_id, start)
     run_events.deferred(meta, job_id)
@@ -341,9 +358,12 @@ def _requeued(
     """Back to its flow after ``delay`` seconds without consuming an attempt."""
     now = datetime.now(UTC)
     next_at = now + timedelta(seconds=delay)
-    guarded_writes.durable(
-        attempt_records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start
-    )
+    try:
+        guarded_writes.durable(
+            attempt_records.mark_requeued, meta=meta, now=now, next_at=next_at, logs=[line], started=start
+        )
+    except StaleAttempt as moved:
+        return stale(moved)
     run_events.attempt_ended(meta, start.job_id, "requeued", error=error, deferral=reason)
     return Outcome(
         "retry",
@@ -352,6 +372,15 @@ def _requeued(
         meta=next_meta.to_json(),
         retry_at=next_at.timestamp(),
     )
+
+
+def stale(exc: StaleAttempt) -> Outcome:
+    """An attempt whose record write found the run moved on (its worker stalled past its lease:
+    the reaper retried or failed the run, another worker may have run it since). Nothing was
+    recorded or said; Redis is told nothing either (lane.step leaves it out), so its lease,
+    which the worker stops renewing, stays with the reaper if it still holds the run."""
+    attempt_records.log_stale(exc)
+    return Outcome("stale", "stale")
 
 
 def recorded_outcome(definition: JobDefinition | None, meta: JobMeta, status: str) -> Outcome:

@@ -19,6 +19,7 @@ import logging
 import operator
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache, reduce
 from typing import Any
@@ -29,7 +30,7 @@ from django.db.models import Q
 
 from kumiko_jobs import pg_pipeline, run_rows
 from kumiko_jobs.guarded_writes import safe
-from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
+from kumiko_jobs.models import ACTIVE_STATUSES, FINISHED_STATUSES, JobRun, RunStatus
 from kumiko_jobs.run_rows import RunRow
 
 logger = logging.getLogger("kumiko_jobs")
@@ -133,20 +134,45 @@ def _execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -
         return int(cursor.rowcount)
 
 
-def update_run(run_id: str | uuid.UUID, **values: Any) -> int:
+@dataclass(frozen=True)
+class AttemptGuard:
+    """The condition of an attempt's own write (update_run): the run's record is at most at
+    ``attempt``, and unfinished, or finished before ``started_at`` (when the attempt started; a
+    run an operator requeued is finished in its record until the requeue marks it queued, which
+    may come after a worker took it)."""
+
+    attempt: int
+    started_at: datetime | None = None
+
+
+def update_run(run_id: str | uuid.UUID, *, guard: AttemptGuard | None = None, **values: Any) -> int:
     """UPDATE one run by primary key. The SQL text is built once per set of columns: the ORM's
-    per-call query compilation cost as much as the statement itself on the worker's hot path."""
+    per-call query compilation cost as much as the statement itself on the worker's hot path.
+
+    ``guard``: an attempt's own write, applied only while the run is still that attempt's. A
+    worker that stalled past its lease (the reaper retried or failed the run, another worker may
+    have finished it since) finds no row to change, instead of writing its outcome over the
+    newer state (attempt_records.py)."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
     if pg_pipeline.available(connection):
-        return pg_pipeline.send_all(connection, [_update_statement(alias, run_id, values)]).wait()
-    sql = _update_sql(alias, tuple(values))
+        statement = _update_statement(alias, run_id, values, guard)
+        return pg_pipeline.send_all(connection, [statement]).wait()
+    sql = _update_sql(alias, tuple(values), guard=_guard_kind(guard))
     params = [_FIELDS[name].get_db_prep_save(value, connection) for name, value in values.items()]
     params.append(_FIELDS["id"].get_db_prep_value(uuid.UUID(str(run_id)), connection))
+    if guard is not None:
+        params.append(guard.attempt)
+        if guard.started_at is not None:
+            params.append(_FIELDS["finished_at"].get_db_prep_value(guard.started_at, connection))
     return _execute(connection, sql, params)
 
 
-def update_runs(updates: Sequence[tuple[str | uuid.UUID, dict[str, Any]]]) -> list[int] | None:
+# A run, its values, and the guard of update_run (None: unguarded).
+RunUpdate = tuple[str | uuid.UUID, dict[str, Any], AttemptGuard | None]
+
+
+def update_runs(updates: Sequence[RunUpdate]) -> list[int] | None:
     """update_run for several runs in one round trip and one transaction (pg_pipeline): their
     row counts; None where pg_pipeline cannot take them (nothing was written). A database
     error is raised, and then none of them was written."""
@@ -154,35 +180,62 @@ def update_runs(updates: Sequence[tuple[str | uuid.UUID, dict[str, Any]]]) -> li
     connection = connections[alias]
     if not pg_pipeline.available(connection):
         return None
-    statements = [_update_statement(alias, run_id, values) for run_id, values in updates]
+    statements = [_update_statement(alias, run_id, values, up_to) for run_id, values, up_to in updates]
     return pg_pipeline.send_all(connection, statements).wait_all()
 
 
-def _update_statement(alias: str, run_id: str | uuid.UUID, values: dict[str, Any]) -> pg_pipeline.Statement:
-    text_sql, converters = _update_text(alias, tuple(values))
+def _update_statement(
+    alias: str, run_id: str | uuid.UUID, values: dict[str, Any], guard: AttemptGuard | None = None
+) -> pg_pipeline.Statement:
+    text_sql, converters = _update_text(alias, tuple(values), _guard_kind(guard))
     params = [convert(value) for convert, value in zip(converters, values.values(), strict=True)]
     # As text: PostgreSQL parses (and checks) the id, as it would a UUID's text.
     params.append(str(run_id).encode())
+    if guard is not None:
+        params.append(str(guard.attempt).encode())
+        if guard.started_at is not None:
+            params.append(pg_pipeline.text(guard.started_at))
     return text_sql, params
+
+
+def _guard_kind(guard: AttemptGuard | None) -> str:
+    """Which WHERE clause a guard needs: none, the attempt's, or with its start."""
+    if guard is None:
+        return ""
+    return "attempt" if guard.started_at is None else "started"
 
 
 _FIELDS = {field.name: field for field in JobRun._meta.concrete_fields}
 
 
 @cache
-def _update_sql(alias: str, names: tuple[str, ...], placeholders: str = "%s") -> str:
+def _update_sql(alias: str, names: tuple[str, ...], placeholders: str = "%s", *, guard: str = "") -> str:
     quote = connections[alias].ops.quote_name
-    marks = [f"${n}" for n in range(1, len(names) + 2)] if placeholders == "$" else ["%s"] * (len(names) + 1)
+    count = len(names) + 1 + {"": 0, "attempt": 1, "started": 2}[guard]
+    marks = [f"${n}" for n in range(1, count + 1)] if placeholders == "$" else ["%s"] * count
     # Only column names of this model, quoted by the backend; every value is a parameter.
     assignments = ", ".join(
         f"{quote(str(_FIELDS[name].column))} = {mark}" for name, mark in zip(names, marks, strict=False)
     )
     table, pk = quote(JobRun._meta.db_table), quote(str(_FIELDS["id"].column))
-    return f"UPDATE {table} SET {assignments} WHERE {pk} = {marks[-1]}"  # noqa: S608
+    sql = f"UPDATE {table} SET {assignments} WHERE {pk} = {marks[len(names)]}"  # noqa: S608
+    if guard:
+        # The statuses are the model's constants, not input.
+        active = ", ".join(f"'{status}'" for status in ACTIVE_STATUSES)
+        status, attempt, finished_at = (
+            quote(str(_FIELDS[name].column)) for name in ("status", "attempt", "finished_at")
+        )
+        unfinished = f"{status} IN ({active})"
+        if guard == "started":
+            unfinished = f"({unfinished} OR {finished_at} < {marks[-1]})"
+        sql += f" AND {attempt} <= {marks[len(names) + 1]} AND {unfinished}"
+    return sql
 
 
 @cache
-def _update_text(alias: str, names: tuple[str, ...]) -> tuple[bytes, tuple[pg_pipeline.Converter, ...]]:
+def _update_text(
+    alias: str, names: tuple[str, ...], guard: str = ""
+) -> tuple[bytes, tuple[pg_pipeline.Converter, ...]]:
     """update_run's statement for pg_pipeline: $n placeholders and a text converter per column
     (JSON columns encoded as their field encodes them)."""
     converters = tuple(
@@ -191,7 +244,7 @@ def _update_text(alias: str, names: tuple[str, ...]) -> tuple[bytes, tuple[pg_pi
         else pg_pipeline.text
         for name in names
     )
-    return _update_sql(alias, names, "$").encode(), converters
+    return _update_sql(alias, names, "$", guard=guard).encode(), converters
 
 
 def mark_dropped(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from kumiko_jobs import attempt_records, guarded_writes, run_events
+from kumiko_jobs.exceptions import StaleAttempt
 from kumiko_jobs.jobdata import JobMeta
 
 if TYPE_CHECKING:
@@ -25,18 +26,24 @@ if TYPE_CHECKING:
 Pending = tuple[JobMeta, attempt_records.Started, int]  # the run, and its entry's sequence
 
 
-def mark_running(meta: JobMeta, start: attempt_records.Started) -> None:
+def mark_running(meta: JobMeta, start: attempt_records.Started) -> bool:
     """Write "running" (a failed write is logged, never raised: the outcome still records the
-    start), then send job_started."""
-    guarded_writes.safe(
-        attempt_records.mark_running,
-        meta=meta,
-        job_id=start.job_id,
-        payload=start.payload,
-        worker=start.worker,
-        now=start.at,
-    )
+    start), then send job_started. False: the run moved on (StaleAttempt, logged), nothing was
+    written or sent, and the outcome's write will find the same."""
+    try:
+        guarded_writes.safe(
+            attempt_records.mark_running,
+            meta=meta,
+            job_id=start.job_id,
+            payload=start.payload,
+            worker=start.worker,
+            now=start.at,
+        )
+    except StaleAttempt as exc:
+        attempt_records.log_stale(exc)
+        return False
     run_events.started(meta, start.job_id)
+    return True
 
 
 class RunningMarker(threading.Thread):

@@ -16,12 +16,14 @@ dispatch a job.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import TYPE_CHECKING
 
 from kumiko_jobs.attempt_records import write_outcomes
 from kumiko_jobs.lane import Finished
+from kumiko_jobs.outcomes import Outcome
 
 if TYPE_CHECKING:
     from kumiko_jobs.claiming import Claimer
@@ -88,9 +90,16 @@ class SuccessWriter(threading.Thread):
             return batch
 
     def _write(self, batch: list[Finished]) -> None:
-        write_outcomes([update for finished in batch if (update := finished.outcome.update) is not None])
+        stale = write_outcomes([u for finished in batch if (u := finished.outcome.update) is not None])
         self.writes += 1
         self.written += len(batch)
+        if stale:
+            # Runs that moved on while their worker stalled: the claimer lets their leases go and
+            # tells Redis nothing of them, and they are not said.
+            batch = [
+                dataclasses.replace(f, outcome=Outcome("stale", "stale")) if i in stale else f
+                for i, f in enumerate(batch)
+            ]
         self.claimer.finish(batch)
         for finished in batch:
             settle = finished.outcome.settle
