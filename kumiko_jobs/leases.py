@@ -28,6 +28,10 @@ from kumiko_jobs.scripts import HeartbeatArgs, ReapArgs, argv, scripts_for
 logger = logging.getLogger("kumiko_jobs")
 
 
+# How long a reaper's lock lasts without renewal; each reaped run renews it.
+REAPER_LOCK_MS = 4000
+
+
 class AbandonedJob(KumikoJobsError):
     """The worker running this job stopped heartbeating (killed, crashed or frozen)."""
 
@@ -39,9 +43,11 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
     Crash-safe at every step: a run's lease stays in the started registry until the reap script
     takes it out in the same atomic step that requeues or fails it, and the record is written
     before that step, so a reaper that dies anywhere leaves the run for the next reaper (which
-    writes the same record again).
+    writes the same record again). A reaper writes a run's record only while it still holds the
+    lock and the run's lease is still expired (lua/reaper_turn.lua).
     """
-    if not client.set(keys.reaper_lock(lane), own_name, nx=True, px=4000):
+    lock = keys.reaper_lock(lane)
+    if not client.set(lock, own_name, nx=True, px=REAPER_LOCK_MS):
         return 0
     now = time.time()
     # RQ only trims these registries in its own workers' maintenance; ours do it here.
@@ -50,7 +56,21 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
     pipe.zremrangebyscore(keys.failed(lane), "-inf", now)
     pipe.zrangebyscore(keys.started(lane), "-inf", now, start=0, num=100)
     *_, members = pipe.execute()
-    return sum(_reap_one(client, keys, lane, raw.decode()) for raw in members)
+    turn = scripts_for(client).reaper_turn
+    reaped = 0
+    for raw in members:
+        # Each run's record is written only while this reaper holds the lock (renewed here) and
+        # the run's lease is still expired: one round trip a reaped run, on this rare path.
+        member = raw.decode()
+        mine = int(
+            turn(keys=[lock, keys.started(lane)], args=[own_name, REAPER_LOCK_MS, member, time.time()])
+        )
+        if mine < 0:
+            logger.warning("kumiko_jobs: reaper %s lost its lock to another; it stops this pass", own_name)
+            break
+        if mine:
+            reaped += _reap_one(client, keys, lane, member)
+    return reaped
 
 
 def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:

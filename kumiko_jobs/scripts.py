@@ -142,6 +142,7 @@ class LaneScripts:
         self.promote: Script = client.register_script(_lane_script("promote"))
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
         self.reap: Script = client.register_script(_lane_script("reap"))
+        self.reaper_turn: Script = client.register_script(_source("reaper_turn"))
         self.cancel: Script = client.register_script(_lane_script("cancel"))
         self.requeue: Script = client.register_script(_lane_script("requeue"))
 

@@ -113,3 +113,54 @@ def test_the_heartbeat_outlives_an_error_that_is_not_redis(settings: Any, redis_
     finally:
         heartbeat.stop()
         heartbeat.join(timeout=5)
+
+
+def test_a_reaper_that_lost_its_lock_stops_before_the_next_record(
+    monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    """A pass that outlives its lock (a slow database): the reaper that took the lock over reaps
+    the rest, and the first writes no second record of them (each would count an attempt)."""
+    from kumiko_jobs import leases
+
+    first, second = dispatch("tests.record", {"n": 1}), dispatch("tests.record", {"n": 2})
+    claim_expired()
+    claim_expired()
+    lock = get_keys().reaper_lock("worker")
+    real = leases._reap_one
+    calls: list[str] = []
+
+    def slow_reap_one(*args: Any) -> int:
+        calls.append(args[3])
+        reaped = real(*args)
+        redis_client.set(lock, "other-reaper", px=4000)  # this pass took longer than its lock
+        return reaped
+
+    monkeypatch.setattr(leases, "_reap_one", slow_reap_one)
+    assert reap(redis_client, get_keys(), "worker", "slow-reaper") == 1
+    assert len(calls) == 1
+    attempts = sorted(
+        JobRun.objects.filter(pk__in=[first.run_id, second.run_id]).values_list("attempt", flat=True)
+    )
+    assert attempts == [1, 2]  # one retried, the other left for the lock's holder
+    assert redis_client.zcard(get_keys().started("worker")) == 1
+
+
+def test_a_reaper_skips_a_lease_renewed_since_it_listed_it(
+    monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    from kumiko_jobs import leases
+
+    result = dispatch("tests.record", {"n": 1})
+    job = claim_expired()
+    started = get_keys().started("worker")
+    (member,) = redis_client.zrange(started, 0, -1)
+    real_turn = leases.scripts_for(redis_client).reaper_turn
+
+    def renewed_first(**kwargs: Any) -> Any:
+        redis_client.zadd(started, {member: time.time() + 60})  # its heartbeat came after all
+        return real_turn(**kwargs)
+
+    monkeypatch.setattr(leases.scripts_for(redis_client), "reaper_turn", renewed_first)
+    assert reap(redis_client, get_keys(), "worker", "reaper") == 0
+    assert JobRun.objects.get(pk=result.run_id).attempt == 1
+    assert redis_client.hget(get_keys().job(job.job_id), "status") == b"started"

@@ -12,7 +12,7 @@ from kumiko_jobs import exceptions
 
 # Raised and caught inside kumiko_jobs, by internal helpers (retrying.retry_run), or named only
 # by path (a Django task result's error): kumiko_jobs.exceptions has them, the top level not.
-INTERNAL = {"MalformedJob", "BootGateFailed", "NotRetryable", "TaskNotRun"}
+INTERNAL = {"MalformedJob", "BootGateFailed", "NotRetryable", "TaskNotRun", "StaleAttempt"}
 
 
 def test_every_name_in_all_resolves() -> None:

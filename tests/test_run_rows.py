@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -170,6 +171,12 @@ def _wrapper(settings: Any, redis_client: Any) -> tuple[JobMeta, Started]:
     return meta, Started(wrapper.job_id, {"x": 1}, "w", datetime.now(UTC))
 
 
+def later(start: Started) -> Started:
+    """The failed wrapper run again (an operator's requeue: the same attempt, started later; an
+    attempt's writes refuse a record that finished after the attempt started)."""
+    return dataclasses.replace(start, at=datetime.now(UTC))
+
+
 def test_a_fan_out_without_redis_records_no_children_and_its_retry_reaches_everyone(
     settings: Any, redis_client: Any
 ) -> None:
@@ -181,7 +188,7 @@ def test_a_fan_out_without_redis_records_no_children_and_its_retry_reaches_every
     assert not JobRun.objects.filter(job_name="tests.per_tenant").exists()
     assert "did not answer" in JobRun.objects.get(pk=meta.run_id).error
     settings.KUMIKO_JOBS = working
-    run_fan_out(meta, start, "tests.per_tenant")
+    run_fan_out(meta, later(start), "tests.per_tenant")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 150
     # The wrapper, still queued, runs once more and finds every child recorded.
     assert drain() == {"succeeded": 151}
@@ -202,7 +209,7 @@ def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
         assert not JobRun.objects.filter(job_name="tests.per_tenant").exists()
     finally:
         redis_client.execute_command("CLIENT", "UNPAUSE")
-    run_fan_out(meta, start, "tests.per_tenant")
+    run_fan_out(meta, later(start), "tests.per_tenant")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 150
     assert drain() == {"succeeded": 151}
 
