@@ -143,6 +143,7 @@ class LaneScripts:
         self.heartbeat: Script = client.register_script(_source("heartbeat"))
         self.reap: Script = client.register_script(_lane_script("reap"))
         self.reaper_turn: Script = client.register_script(_source("reaper_turn"))
+        self.zone_switch: Script = client.register_script(_source("zone_switch"))
         self.cancel: Script = client.register_script(_lane_script("cancel"))
         self.requeue: Script = client.register_script(_lane_script("requeue"))
 

@@ -4,7 +4,9 @@ A tz="tenant" tick must not cost the leader O(tenants), so tenants are grouped b
 time: a rebuild reads ACTIVE_TENANTS once, asks TENANT_TIMEZONE for each tenant (O(tenants) per
 rebuild, never per tick) and writes one list of tenant ids per zone plus a hash zone -> count,
 under a new generation number, then switches the current generation in one write. The leader
-reads only the zones (O(zones)); each zone's fan-out wrapper reads its own zone's list.
+reads only the zones (O(zones)); each zone's fan-out wrapper reads its own zone's list. Two
+rebuilds at once (``refresh_tenant_zones()`` beside the leader's) need no lock: a generation is
+numbered before its read, and the switch only goes forward (lua/zone_switch.lua).
 
 Refresh: the leader of a lane with tz="tenant" schedules rebuilds the index when it is older
 than TENANT_ZONE_REFRESH seconds (default 300), in a helper thread so ticks are not delayed;
@@ -31,6 +33,7 @@ from kumiko_jobs.conf import import_setting
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.scheduling.cronmath import zone as zone_info
+from kumiko_jobs.scripts import scripts_for
 from kumiko_jobs.tenancy import active_tenant_ids
 
 logger = logging.getLogger("kumiko_jobs")
@@ -90,34 +93,48 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
 
 
 def rebuild_zone_index(client: redis.Redis | None = None, keys: Keys | None = None) -> ZoneIndex:
-    """Read every active tenant's zone and install a new index generation."""
+    """Read every active tenant's zone and install a new index generation. Safe beside another
+    rebuild: the one that read the tenants later wins, and the other's generation expires."""
 
     client, keys = client or get_redis(), keys or get_keys()
-    groups = zones_of_tenants(active_tenant_ids())
-    previous = current_index(client, keys)
+    # Numbered before the read: a later generation never holds older zones than an earlier one.
     generation = int(client.hincrby(keys.tenant_zones_generation, "next", 1))
+    groups = zones_of_tenants(active_tenant_ids())
+    written = [keys.tenant_zone_members(generation, name) for name in groups]
     pipe = client.pipeline(transaction=False)
-    for name, members in groups.items():
-        key = keys.tenant_zone_members(generation, name)
+    for key, members in zip(written, groups.values(), strict=True):
         for start in range(0, len(members), PAGE):
             pipe.rpush(key, *members[start : start + PAGE])
     if groups:
         pipe.hset(keys.tenant_zones(generation), mapping={name: len(m) for name, m in groups.items()})
     pipe.execute()
     now = time.time()
-    # The switch: one write, after the generation is complete.
-    client.hset(keys.tenant_zones_generation, mapping={"gen": generation, "at": now})
-    if previous is not None:
-        old = [keys.tenant_zone_members(previous.generation, name) for name in previous.zones]
-        pipe = client.pipeline(transaction=False)
-        for key in [keys.tenant_zones(previous.generation), *old]:
-            pipe.expire(key, OLD_GENERATION_TTL)
-        pipe.execute()
+    # The switch: one write, after the generation is complete, and only forward.
+    replaced = int(
+        scripts_for(client).zone_switch(keys=[keys.tenant_zones_generation], args=[generation, now])
+    )
+    if replaced < 0:
+        # A rebuild that read the tenants after this one installed its index meanwhile.
+        _expire_generation(client, keys, generation, list(groups))
+        logger.info("kumiko_jobs: tenant zone index %d replaced by a later rebuild at once", generation)
+        found = current_index(client, keys)
+        return found if found is not None else ZoneIndex(generation, now, {})
+    if replaced:
+        old_zones = [as_text(name) for name in client.hkeys(keys.tenant_zones(replaced))]
+        _expire_generation(client, keys, replaced, old_zones)
     index = ZoneIndex(generation, now, {name: len(m) for name, m in groups.items()})
     logger.info(
         "kumiko_jobs: tenant zone index %d: %d tenants in %d zones", generation, index.tenants, len(groups)
     )
     return index
+
+
+def _expire_generation(client: redis.Redis, keys: Keys, generation: int, zones: list[str]) -> None:
+    """A replaced generation's keys go after OLD_GENERATION_TTL: a wrapper reading one finishes."""
+    pipe = client.pipeline(transaction=False)
+    for key in [keys.tenant_zones(generation), *(keys.tenant_zone_members(generation, z) for z in zones)]:
+        pipe.expire(key, OLD_GENERATION_TTL)
+    pipe.execute()
 
 
 def current_index(client: redis.Redis, keys: Keys) -> ZoneIndex | None:

@@ -145,3 +145,36 @@ def test_a_zone_wrapper_rebuilt_or_retried_from_its_record_keeps_its_zone(
     again = [t["tenant"] for t in traces("tick") if t["scheduled_at"] == tokyo.scheduled_at.isoformat()]
     assert sorted(again) == sorted([str(tenants[0].pk), str(tenants[1].pk), str(tenants[1].pk)])
     assert JobRun.objects.get(pk=retry.run_id).zone == "Asia/Tokyo"
+
+
+def test_two_rebuilds_at_once_keep_the_later_read_and_expire_the_other(
+    tenants: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """refresh_tenant_zones() beside the leader's rebuild: the rebuild that read the tenants
+    later wins even if it finishes first, and the other's generation does not stay forever."""
+    from kumiko_jobs.scheduling import zones
+
+    acme = str(tenants[0].pk)
+    set_zones({acme: "Europe/Berlin"})
+    refresh_tenant_zones()
+    real_read = zones.zones_of_tenants
+    slow: list[int] = []
+
+    def read_then_let_another_rebuild(found: Any) -> dict[str, list[str]]:
+        groups = real_read(found)  # the slow rebuild read Berlin
+        if not slow:
+            slow.append(1)
+            set_zones({acme: "Asia/Tokyo"})  # the tenant moves, and the app refreshes at once
+            refresh_tenant_zones()
+        return groups
+
+    monkeypatch.setattr(zones, "zones_of_tenants", read_then_let_another_rebuild)
+    slow_index = zones.rebuild_zone_index()
+    monkeypatch.undo()
+    assert acme in list(tenants_in_zone("Asia/Tokyo"))  # not undone by the slower rebuild
+    client, keys = get_redis(), get_keys()
+    index = current_index(client, keys)
+    assert index is not None and slow_index.generation == index.generation
+    lost = index.generation - 1  # the slow rebuild's own: written, never installed
+    assert 0 < client.ttl(keys.tenant_zones(lost)) <= zones.OLD_GENERATION_TTL
+    assert 0 < client.ttl(keys.tenant_zone_members(lost, "Europe/Berlin")) <= zones.OLD_GENERATION_TTL
