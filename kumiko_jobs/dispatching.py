@@ -225,7 +225,8 @@ def record_pushes(
                 o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
             )
         if rows_exist and o.status not in ("queued", "duplicate"):
-            # Recorded inside the caller's transaction, but a gate said no at commit time.
+            # Recorded before its push (inside the caller's transaction, or waiting for the
+            # outbox), but a gate said no when it was pushed.
             records.mark_not_enqueued(p.row.id, now=now, reason=o.reason or o.status)
             run_events.dropped([p.row])
     if rows_exist:

@@ -119,9 +119,10 @@ def prepared_from_meta(
     admit: bool = True,
     now: datetime | None = None,
     encoded: Encoded | None = None,
+    late: bool = False,
 ) -> PreparedJob:
     """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
-    record after Redis lost it)."""
+    record after Redis lost it: ``late``, see PreparedJob)."""
     config = get_config()
     keys = get_keys()
     now = now or timezone.now()
@@ -163,4 +164,5 @@ def prepared_from_meta(
         run_at=run_at,
         unique=unique,
         admit=admit,
+        late=late,
     )

@@ -51,6 +51,9 @@ class PreparedJob:
     # False: the run's skip limits are counted already (a job Redis lost behind kumiko's back
     # is pushed again from its record without counting it twice).
     admit: bool = True
+    # Pushed from its record after the fact (the outbox, a rebuild): under concurrency="replace",
+    # a newer run of its flow already waiting stays, and this one is dropped instead.
+    late: bool = False
 
     @property
     def always_queued(self) -> bool:
@@ -264,6 +267,8 @@ def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
         return Pushed("skipped", reason=p.gates.limits[int(raw[1]) - 1].reason)
     if code == "b":
         return Pushed("debounced", reason="debounced", pending_job_id=raw[1].decode())
+    if code == "r":
+        return Pushed("skipped", reason=f"replaced by a newer run ({raw[1].decode()})")
     return Pushed("duplicate", reason="duplicate")
 
 
@@ -321,6 +326,7 @@ def _args(p: PreparedJob, now: float) -> list[Any]:
         debounce_seconds=g.debounce_seconds,
         now=now,
         restore="" if p.admit else "1",
+        late="1" if p.late else "0",
     )
     return argv(args, *p.fields)
 

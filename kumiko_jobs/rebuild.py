@@ -122,6 +122,7 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
         unique=True,
         retry_of=row.retry_of,
         admit=admit,
+        late=True,
     )
 
 

@@ -267,9 +267,10 @@ def mark_dropped(
 
 
 def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
-    """A row written in the caller's transaction whose push a gate refused at commit time."""
+    """A row written before its push (in the caller's transaction, or pushed late by the outbox)
+    whose push a gate refused."""
     JobRun.objects.filter(pk=run_id).update(
-        status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued at commit: {reason}"
+        status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued: {reason}"
     )
 
 

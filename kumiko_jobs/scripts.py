@@ -45,6 +45,7 @@ class EnqueueArgs(NamedTuple):
     debounce_seconds: float
     now: float
     restore: str  # '1': a lost hash of a run that may still wait in its flow (no second entry)
+    late: str  # '1': pushed from its record (outbox, rebuild): a newer run waiting in a replace flow wins
 
 
 class Ending(NamedTuple):

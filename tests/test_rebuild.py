@@ -151,3 +151,27 @@ def test_a_run_that_finishes_while_the_rebuild_looks_is_not_run_again(
     assert redis_client.get(keys.rebuilt("worker")) == redis_client.get(keys.epoch)
     assert drain() == {}
     assert traces("record") == []  # not run again (the restart took the first trace with it)
+
+
+def test_the_outbox_does_not_replace_a_newer_run_with_an_older_one(
+    settings: Any, redis_client: Any, traces: Any, tenants: list[Any], age_suspects: Any
+) -> None:
+    """concurrency="replace" keeps the newest payload: a run committed while Redis was down,
+    pushed by the outbox after a newer run of its flow was queued, is the one dropped."""
+    real = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**real, "REDIS_URL": DEAD_REDIS, "REDIS_TIMEOUT": 0.2}
+    with transaction.atomic():
+        older = dispatch("tests.replacing", {"n": 1}, tenant=tenants[0])
+    settings.KUMIKO_JOBS = real
+    newer = dispatch("tests.replacing", {"n": 2}, tenant=tenants[0])  # Redis is back
+    _age(pk=older.run_id)
+    assert push_waiting(redis_client, get_keys(), "worker") == 0
+    assert age_suspects() == 1
+    _next_outbox_round(redis_client)
+    push_waiting(redis_client, get_keys(), "worker")
+    assert drain() == {"succeeded": 1}
+    assert [e["payload"]["n"] for e in traces("replacing_start")] == [2]
+    dropped = JobRun.objects.get(pk=older.run_id)
+    assert dropped.status == RunStatus.DROPPED
+    assert dropped.error == f"Not enqueued: replaced by a newer run ({newer.job_id})"
+    assert JobRun.objects.get(pk=newer.run_id).status == RunStatus.SUCCEEDED

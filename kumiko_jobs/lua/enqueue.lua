@@ -1,11 +1,11 @@
 -- Admit and queue (or schedule) one job atomically with its gates (scripts.EnqueueArgs).
 -- KEYS: 1 job hash, 2 scheduled zset, 3 active-limits hash. ARGV: EnqueueArgs, then the
 -- field/value pairs of the job hash. Returns {'q', dropped ids...} | {'d'} | {'s', limit index}
--- | {'b', pending job id}.
+-- | {'b', pending job id} | {'r', the newer waiting job id}.
 local unique, run_at, P, flow, limit_keys, limits, replace, debounce_key, debounce_seconds, now,
-      restore = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
-      tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
-local FIELDS = 12
+      restore, late = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+      tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12]
+local FIELDS = 13
 local job, scheduled, active = KEYS[1], KEYS[2], KEYS[3]
 local id = string.sub(job, #job_key('') + 1)
 
@@ -24,6 +24,27 @@ if debounce_key ~= '' then
     -- not start a second pending run.
     redis.call('PEXPIRE', debounce_key, math.floor(debounce_seconds * 2000) + 1000)
     return {'b', pending}
+  end
+end
+-- The run id of a job hash's meta (time-ordered: a later dispatch has a greater id), or nil.
+local function run_id_of(meta)
+  if not meta then return nil end
+  local ok, decoded = pcall(cjson.decode, meta)
+  if ok and type(decoded) == 'table' and type(decoded.run) == 'string' then return decoded.run end
+  return nil
+end
+if late == '1' and replace == '1' then
+  -- Pushed from its record after the fact (the outbox after a Redis outage): a run of its flow
+  -- dispatched after it and waiting already is the newer payload, and replace keeps the newest.
+  local own
+  for i = FIELDS, #ARGV, 2 do
+    if ARGV[i] == 'meta' then own = run_id_of(ARGV[i + 1]) end
+  end
+  if own then
+    for _, old in ipairs(flow_ids(P, flow)) do
+      local theirs = run_id_of(redis.call('HGET', job_key(old), 'meta'))
+      if theirs and theirs > own then return {'r', old} end
+    end
   end
 end
 local credit
