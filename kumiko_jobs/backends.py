@@ -33,6 +33,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from kumiko_jobs.definitions import MaxPerTenant
 from kumiko_jobs.models import JobRun
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_ids import new_run_id
@@ -98,6 +99,15 @@ class KumikoTaskBackend(BaseTaskBackend):
                 f"Queue {task.queue_name!r} is not valid for backend. KumikoTaskBackend's queues are "
                 "kumiko's lanes: 'worker' (also 'default', the queue of a task without queue_name) "
                 "and 'api'."
+            )
+        cap = getattr(task, "max_per_tenant", None)
+        if isinstance(cap, MaxPerTenant) and cap.on_limit == "skip":
+            # manage.py check says so too (E501); a project that silenced it must not get a
+            # READY result for a run a skip limit dropped.
+            raise InvalidTask(
+                f'{task.module_path}: max_per_tenant with on_limit="skip" cannot run as a Django '
+                "task: .enqueue() must return a result, so a task's runs over the cap wait instead. "
+                f'Use max_per_tenant={cap.limit} or MaxPerTenant({cap.limit}, on_limit="defer").'
             )
         # First sight of a task (its module's import): it becomes a job (workers, admin).
         register_task(task)

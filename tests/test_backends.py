@@ -322,3 +322,19 @@ def test_enqueue_validates_a_task_once_unless_the_backends_flags_change() -> Non
         pytest.raises(InvalidTask, match="Backend does not support run_after"),
     ):
         task.enqueue()
+
+
+def test_a_task_whose_runs_a_skip_limit_would_drop_is_refused() -> None:
+    """Check E501 says so at start-up; a project that silenced it got a READY result for a run
+    the limit dropped. Django validates a task where it is declared."""
+    from django.tasks import task
+
+    from kumiko_jobs import MaxPerTenant
+
+    with pytest.raises(InvalidTask, match='on_limit="skip"'):
+        task(max_per_tenant=MaxPerTenant(1, on_limit="skip"))(skip_limited)
+    assert "tests.test_backends.skip_limited" not in registry
+
+
+def skip_limited() -> None:
+    """A task function that only the test above declares (with a skip limit)."""
