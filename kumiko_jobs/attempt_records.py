@@ -69,7 +69,7 @@ def mark_running(
         "updated_at": now,
     }
     guard = AttemptGuard(meta.attempt, now)
-    if update_run(meta.run_id, guard=guard, **values):
+    if update_run(meta.run_id, guard=guard, **values) or _written_already(meta, values):
         return
     # The dispatcher's insert has not landed (or failed): the run still gets its row. The insert
     # ignores a conflict on any unique column (the dispatcher's row may land in between, and it
@@ -131,7 +131,7 @@ class OutcomeUpdate:
     def complete(self, updated: int) -> None:
         """After its UPDATE, which found ``updated`` rows: create a row that did not exist yet,
         or raise StaleAttempt for one that moved on."""
-        if updated:
+        if updated or _written_already(self.meta, self.values):
             return
         if self.started is not None:
             # mark_running raises StaleAttempt itself when the row is there and moved on.
@@ -175,10 +175,18 @@ def write_outcomes(updates: Sequence[OutcomeUpdate]) -> set[int]:
 
 def log_stale(exc: StaleAttempt) -> None:
     logger.warning(
-        "kumiko_jobs: %s; this worker stalled past its lease, so it leaves the run to whoever "
-        "holds it now (its outcome is not recorded)",
+        "kumiko_jobs: %s; its attempt's outcome is not recorded, and the run is left to whoever "
+        "holds it now (the attempt's worker stalled past its lease, or its record changed while "
+        "the reaper decided)",
         exc,
     )
+
+
+def _written_already(meta: JobMeta, values: dict[str, Any]) -> bool:
+    """Whether the row holds this very write: a write that committed and lost its answer (the
+    connection dropped) is sent again, and the guard then finds the row moved on by it.
+    ``updated_at`` is the write's own moment."""
+    return JobRun.objects.filter(pk=meta.run_id, updated_at=values["updated_at"]).exists()
 
 
 def _stale(meta: JobMeta) -> StaleAttempt:
@@ -298,7 +306,7 @@ def mark_requeued(
     if started is not None:
         unfinished |= Q(finished_at__lt=started.at)
     held = JobRun.objects.filter(unfinished, pk=meta.run_id, attempt__lte=meta.attempt)
-    if held.update(**values):
+    if held.update(**values) or _written_already(meta, values):
         return
     if started is not None:
         row = run_rows.new_run_row(meta=meta, job_id=started.job_id, payload=started.payload, queued_at=now)

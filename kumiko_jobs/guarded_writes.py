@@ -4,9 +4,10 @@ that does not answer at all, so Redis never hears of an outcome the record lacks
 
 Both give a write one more try on a fresh connection when the first failed with a database
 error that may be a connection broken under it (every record write is an idempotent UPDATE or
-upsert). The writes themselves are in records.py and attempt_records.py. An attempt's write
-that finds its run moved on raises StaleAttempt through both: nothing failed, and the caller
-must not go on as if its outcome were recorded.
+upsert; an attempt's guarded write that finds its own first try committed counts as written,
+attempt_records._written_already). The writes themselves are in records.py and
+attempt_records.py. An attempt's write that finds its run moved on raises StaleAttempt through
+both: nothing failed, and the caller must not go on as if its outcome were recorded.
 """
 
 from __future__ import annotations

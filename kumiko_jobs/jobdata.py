@@ -223,18 +223,20 @@ def job_fields(
     now: datetime,
     timeout: float | None,
     result_ttl: int,
+    created: datetime | None = None,
     failure_ttl: int,
     status: str,
     priority: int | None = None,
 ) -> list[Any]:
     """Field/value pairs of a new job hash, in RQ's format. ``data``: the payload encoded
     (``encode_data``, which checks its size); ``priority`` orders a Django task's run in its
-    ordered flow (kumiko_pri, read by lua/flow_store.lua)."""
+    ordered flow (kumiko_pri, read by lua/flow_store.lua). ``created``: when the run was
+    dispatched, if not ``now`` (a push from its record; lua/enqueue.lua compares it)."""
     stamp = rq_time(now)
     # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
     # field is an argument of the enqueue script call.
     pairs: list[Any] = [
-        "created_at", stamp,
+        "created_at", stamp if created is None else rq_time(created),
         "enqueued_at", stamp,
         "data", data,
         "origin", queue_name,

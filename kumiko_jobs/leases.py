@@ -62,20 +62,21 @@ def reap(client: redis.Redis, keys: Keys, lane: str, own_name: str) -> int:
         # Each run's record is written only while this reaper holds the lock (renewed here) and
         # the run's lease is still expired: one round trip a reaped run, on this rare path.
         member = raw.decode()
-        mine = int(
-            turn(keys=[lock, keys.started(lane)], args=[own_name, REAPER_LOCK_MS, member, time.time()])
+        job_id = started_job_id(member)
+        mine, *meta = turn(
+            keys=[lock, keys.started(lane), keys.job(job_id)],
+            args=[own_name, REAPER_LOCK_MS, member, time.time()],
         )
-        if mine < 0:
+        if int(mine) < 0:
             logger.warning("kumiko_jobs: reaper %s lost its lock to another; it stops this pass", own_name)
             break
-        if mine:
-            reaped += _reap_one(client, keys, lane, member)
+        if int(mine):
+            reaped += _reap_one(client, keys, lane, member, meta[0] if meta else None)
     return reaped
 
 
-def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str) -> int:
+def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str, meta_raw: bytes | None) -> int:
     job_id = started_job_id(member)
-    meta_raw = client.hget(keys.job(job_id), "meta")
     job_name = "?"
     if meta_raw is None:
         # The job hash is gone (deleted, or lost): only its cap slot is given back here;
@@ -137,8 +138,9 @@ def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
     recorded = records.status_of(meta.run_id)
     if recorded in FINISHED_STATUSES:
         return outcomes.recorded_outcome(definition, meta, recorded)
-    # Unfinished at a later attempt than Redis knows of: the lease is let go and its cap slot
-    # given back; the stale-run repair pushes the run again from its record.
+    # Unfinished at a later attempt than Redis knows of: the lease is let go, its cap slot given
+    # back and its hash deleted (lua/common.lua: finish), so the stale-run repair pushes the run
+    # again from its record.
     return outcomes.Outcome("", "lost", outcomes.release_of(definition, meta))
 
 

@@ -333,7 +333,7 @@ def unknown_job(meta: JobMeta, job_name: str, start: attempt_records.Started) ->
     now = datetime.now(UTC)
     first_seen = meta.unknown_since or now.timestamp()
     if now.timestamp() - first_seen >= float(config["UNKNOWN_JOB_GRACE"]):
-        return failed_attempt(None, job_id, meta, UnknownJob(job_name, []), [])
+        return failed_attempt(None, job_id, meta, UnknownJob(job_name, []), [], start=start)
     delay = float(config["UNKNOWN_JOB_RETRY_DELAY"])
     message = scrub(
         f"Unknown job {job_name!r} on worker of this deploy; retrying in {delay:g}s "
@@ -379,7 +379,10 @@ def stale(exc: StaleAttempt) -> Outcome:
     the reaper retried or failed the run, another worker may have run it since). Nothing was
     recorded or said; Redis is told nothing either (lane.step leaves it out), so its lease,
     which the worker stops renewing, stays with the reaper if it still holds the run."""
+    from kumiko_jobs.task_execution import forget_attempt
+
     attempt_records.log_stale(exc)
+    forget_attempt(exc.run_id)
     return Outcome("stale", "stale")
 
 

@@ -119,10 +119,10 @@ def prepared_from_meta(
     admit: bool = True,
     now: datetime | None = None,
     encoded: Encoded | None = None,
-    late: bool = False,
+    queued_at: datetime | None = None,
 ) -> PreparedJob:
-    """The job hash and row of a run whose meta is known (a new run, or one rebuilt from its
-    record after Redis lost it: ``late``, see PreparedJob)."""
+    """The job hash and row of a run whose meta is known (a new run, or one pushed again from
+    its record, dispatched at ``queued_at``: a late push, see PreparedJob.late)."""
     config = get_config()
     keys = get_keys()
     now = now or timezone.now()
@@ -142,6 +142,7 @@ def prepared_from_meta(
         status="scheduled" if run_at else "queued",
         # A Django task's run waits in priority order; its payload says which (task_jobs.py).
         priority=task_priority(payload) if definition.task is not None else None,
+        created=queued_at,
     )
     next_at = now + timedelta(seconds=seconds) if run_at else None
     row = run_rows.new_run_row(
@@ -164,5 +165,5 @@ def prepared_from_meta(
         run_at=run_at,
         unique=unique,
         admit=admit,
-        late=late,
+        late=queued_at is not None,
     )

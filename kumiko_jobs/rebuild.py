@@ -122,7 +122,7 @@ def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
         unique=True,
         retry_of=row.retry_of,
         admit=admit,
-        late=True,
+        queued_at=row.queued_at,
     )
 
 

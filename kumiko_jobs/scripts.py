@@ -12,7 +12,8 @@ itself this does not support Redis Cluster.
 
 One-letter codes:
 - enqueue results: ``q`` queued, ``d`` duplicate id (unique push), ``s`` refused by a skip
-  limit, ``b`` merged into a pending debounced run;
+  limit, ``b`` merged into a pending debounced run, ``r`` a late push of a replace job refused
+  because a newer run of its flow waits;
 - attempt outcomes (``OutcomeKind``): ``ok`` succeeded, ``failed`` failed finally, ``retry``
   scheduled again at ``retry_at``, ``requeue`` back in its flow at once, ``return`` first in its
   flow again (claimed, never started: a stopping worker's ready jobs).

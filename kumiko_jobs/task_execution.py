@@ -123,6 +123,13 @@ def json_return_value(path: str, value: Any) -> Any:
     return normalised
 
 
+def forget_attempt(run_id: str) -> None:
+    """A task attempt that ended without an outcome of its own (outcomes.stale: its run moved on
+    while its worker stalled): nothing is said of it."""
+    with _running_lock:
+        _running.pop(run_id, None)
+
+
 def attempt_ended(
     definition: JobDefinition, meta: JobMeta, outcome: str, *, final: bool, exc: BaseException | None
 ) -> None:

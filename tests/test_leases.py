@@ -164,3 +164,48 @@ def test_a_reaper_skips_a_lease_renewed_since_it_listed_it(
     assert reap(redis_client, get_keys(), "worker", "reaper") == 0
     assert JobRun.objects.get(pk=result.run_id).attempt == 1
     assert redis_client.hget(get_keys().job(job.job_id), "status") == b"started"
+
+
+def test_a_run_whose_record_is_ahead_of_redis_is_let_go_for_repair(redis_client: Any) -> None:
+    """Refused by the record (it moved two attempts on, e.g. after Redis lost writes) and not
+    finished: the reaper deletes the job hash, so the stale-run repair's lost-hash path pushes
+    the run again from its record."""
+    result = dispatch("tests.record", {"n": 1})
+    job = claim_expired()
+    JobRun.objects.filter(pk=result.run_id).update(attempt=3)
+    assert reap(redis_client, get_keys(), "worker", "reaper") == 1
+    assert not redis_client.exists(get_keys().job(job.job_id))
+    assert redis_client.zcard(get_keys().started("worker")) == 0
+    assert JobRun.objects.get(pk=result.run_id).attempt == 3
+
+
+def test_a_reaper_that_stalls_after_its_turn_records_the_attempt_whose_lease_expired(
+    monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    """The run's meta comes with the turn, in one step: read afterwards, it was the retry that a
+    reaper which took the lock over had queued meanwhile, and the stalled reaper counted a
+    second attempt over it."""
+    from kumiko_jobs import leases
+
+    result = dispatch("tests.record", {"n": 1})
+    claim_expired()
+    lock = get_keys().reaper_lock("worker")
+    real_turn = leases.scripts_for(redis_client).reaper_turn
+    taken_over: list[int] = []
+    stalled: list[bool] = []
+
+    def turn_then_stall(**kwargs: Any) -> Any:
+        answer = real_turn(**kwargs)
+        if not stalled:  # this reaper stalls past its lock; another reaps the run meanwhile
+            stalled.append(True)
+            redis_client.delete(lock)
+            taken_over.append(reap(redis_client, get_keys(), "worker", "other-reaper"))
+        return answer
+
+    monkeypatch.setattr(leases.scripts_for(redis_client), "reaper_turn", turn_then_stall)
+    assert reap(redis_client, get_keys(), "worker", "stalled-reaper") == 0  # the other's step won
+    assert taken_over == [1]
+    run = JobRun.objects.get(pk=result.run_id)
+    # One abandoned attempt counted, as the other reaper did: not a second one, which (past the
+    # one extra attempt an abandon grants) failed the run.
+    assert (run.status, run.attempt) == (RunStatus.QUEUED, 2)

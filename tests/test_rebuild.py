@@ -175,3 +175,29 @@ def test_the_outbox_does_not_replace_a_newer_run_with_an_older_one(
     assert dropped.status == RunStatus.DROPPED
     assert dropped.error == f"Not enqueued: replaced by a newer run ({newer.job_id})"
     assert JobRun.objects.get(pk=newer.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_the_outbox_compares_dispatch_times_not_run_ids(
+    settings: Any, redis_client: Any, traces: Any, tenants: list[Any], age_suspects: Any
+) -> None:
+    """Cron ticks and fan-out children have name-based run ids, which do not sort by time: an
+    older run whose id sorts higher is still the older one."""
+    import uuid
+
+    real = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**real, "REDIS_URL": DEAD_REDIS, "REDIS_TIMEOUT": 0.2}
+    with transaction.atomic():
+        older = dispatch("tests.replacing", {"n": 1}, tenant=tenants[0])
+    settings.KUMIKO_JOBS = real
+    high = uuid.UUID("ffffffff-ffff-5fff-bfff-ffffffffffff")  # a uuid5-like id, sorting last
+    JobRun.objects.filter(pk=older.run_id).update(id=high)
+    newer = dispatch("tests.replacing", {"n": 2}, tenant=tenants[0])
+    _age(pk=high)
+    push_waiting(redis_client, get_keys(), "worker")
+    assert age_suspects() == 1
+    _next_outbox_round(redis_client)
+    push_waiting(redis_client, get_keys(), "worker")
+    assert drain() == {"succeeded": 1}
+    assert [e["payload"]["n"] for e in traces("replacing_start")] == [2]
+    assert JobRun.objects.get(pk=high).status == RunStatus.DROPPED
+    assert JobRun.objects.get(pk=newer.run_id).status == RunStatus.SUCCEEDED

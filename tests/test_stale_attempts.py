@@ -244,3 +244,44 @@ def test_redis_hears_nothing_of_a_stale_attempt() -> None:
     )
     assert get_redis().zscore(get_keys().started("worker"), member) is not None
     assert get_redis().hget(get_keys().job(job.job_id), "status") == b"started"
+
+
+def test_a_write_sent_again_after_its_answer_was_lost_counts_as_written(said: Any) -> None:
+    """The first try committed and the connection dropped before its answer: guarded_writes
+    sends it again, and the guard then finds the row moved on by that same write."""
+    result = dispatch("tests.record", {"n": 1})
+    job = finish_and_claim(get_redis(), get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
+    assert job is not None
+    meta = JobMeta.from_json(job.meta_raw)
+    now = datetime.now(UTC)
+    start = Started(job_id=job.job_id, payload={"n": 1}, worker="w", at=now)
+    update = prepare_succeeded(meta=meta, now=now, logs=[], started=start)
+    update.mark_outcome()
+    update.mark_outcome()  # the same write, sent again: no StaleAttempt
+    assert write_outcomes([update]) == set()
+    assert JobRun.objects.get(pk=result.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_an_unknown_job_past_its_grace_is_failed_with_its_start(settings: Any) -> None:
+    """Failed at once by a worker that does not know the job (a requeued run, whose row still
+    says failed until the requeue marks it): the write carries the attempt's start."""
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "UNKNOWN_JOB_GRACE": 0}
+    result = dispatch("tests.unrecoverable", {})
+    assert drain() == {"failed": 1}
+    job = finish_and_claim(get_redis(), get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
+    assert job is None  # failed: nothing waits
+    JobRun.objects.filter(pk=result.run_id).update(finished_at=datetime.now(UTC) - timedelta(minutes=1))
+    meta = JobMeta.from_json(get_redis().hget(get_keys().job(result.job_id), "meta"))
+    start = Started(job_id=result.job_id, payload={}, worker="w", at=datetime.now(UTC))
+    outcome = outcomes.unknown_job(meta, "tests.gone", start)
+    assert outcome.kind == "failed"
+    assert "Unknown job" in JobRun.objects.get(pk=result.run_id).error
+
+
+def test_a_stale_task_attempt_leaves_no_running_result_behind() -> None:
+    from kumiko_jobs import task_execution
+    from kumiko_jobs.exceptions import StaleAttempt
+
+    task_execution._running["some-run"] = object()  # type: ignore[assignment]
+    assert outcomes.stale(StaleAttempt("some-run", 1, "succeeded")).kind == "stale"
+    assert "some-run" not in task_execution._running

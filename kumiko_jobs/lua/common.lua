@@ -152,6 +152,13 @@ local function finish(P, R, id, now, now_iso, e)
     if limit_keys == '' then limit_keys = redis.call('HGET', jk, 'kumiko_lk') or '' end
   end
   if flow ~= '' then release(P, flow, current) end
+  if kind == '' then
+    -- Let go without an outcome (the reaper, for a run whose hash is gone or whose record is
+    -- ahead of it): no hash is left behind, so the stale-run repair pushes the run again from
+    -- its record, its skip limits still counted.
+    redis.call('DEL', jk)
+    return
+  end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end
   if kind == 'ok' and tonumber(ttl) == 0 then
     -- RESULT_TTL 0 (the default): the run record is the history; Redis forgets the job.

@@ -26,23 +26,17 @@ if debounce_key ~= '' then
     return {'b', pending}
   end
 end
--- The run id of a job hash's meta (time-ordered: a later dispatch has a greater id), or nil.
-local function run_id_of(meta)
-  if not meta then return nil end
-  local ok, decoded = pcall(cjson.decode, meta)
-  if ok and type(decoded) == 'table' and type(decoded.run) == 'string' then return decoded.run end
-  return nil
-end
 if late == '1' and replace == '1' then
   -- Pushed from its record after the fact (the outbox after a Redis outage): a run of its flow
   -- dispatched after it and waiting already is the newer payload, and replace keeps the newest.
+  -- created_at is the dispatch time, in RQ's fixed-width UTC format: compared as text.
   local own
   for i = FIELDS, #ARGV, 2 do
-    if ARGV[i] == 'meta' then own = run_id_of(ARGV[i + 1]) end
+    if ARGV[i] == 'created_at' then own = ARGV[i + 1] end
   end
   if own then
     for _, old in ipairs(flow_ids(P, flow)) do
-      local theirs = run_id_of(redis.call('HGET', job_key(old), 'meta'))
+      local theirs = redis.call('HGET', job_key(old), 'created_at')
       if theirs and theirs > own then return {'r', old} end
     end
   end

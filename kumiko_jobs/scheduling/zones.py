@@ -97,7 +97,8 @@ def rebuild_zone_index(client: redis.Redis | None = None, keys: Keys | None = No
     rebuild: the one that read the tenants later wins, and the other's generation expires."""
 
     client, keys = client or get_redis(), keys or get_keys()
-    # Numbered before the read: a later generation never holds older zones than an earlier one.
+    # Numbered before the read: a later generation began its read later. (Two reads that overlap
+    # can still see a tenant's change in the other order; the next refresh settles it.)
     generation = int(client.hincrby(keys.tenant_zones_generation, "next", 1))
     groups = zones_of_tenants(active_tenant_ids())
     written = [keys.tenant_zone_members(generation, name) for name in groups]
