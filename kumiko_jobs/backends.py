@@ -102,8 +102,8 @@ class KumikoTaskBackend(BaseTaskBackend):
             )
         cap = getattr(task, "max_per_tenant", None)
         if isinstance(cap, MaxPerTenant) and cap.on_limit == "skip":
-            # manage.py check says so too (E501); a project that silenced it must not get a
-            # READY result for a run a skip limit dropped.
+            # .enqueue() would return READY for a run the limit dropped. (A system check said
+            # so before, which a project could silence.)
             raise InvalidTask(
                 f'{task.module_path}: max_per_tenant with on_limit="skip" cannot run as a Django '
                 "task: .enqueue() must return a result, so a task's runs over the cap wait instead. "

@@ -325,14 +325,15 @@ def test_enqueue_validates_a_task_once_unless_the_backends_flags_change() -> Non
 
 
 def test_a_task_whose_runs_a_skip_limit_would_drop_is_refused() -> None:
-    """Check E501 says so at start-up; a project that silenced it got a READY result for a run
-    the limit dropped. Django validates a task where it is declared."""
+    """.enqueue() must return a result: it returned READY for a run the limit dropped (system
+    check E501 said so, and could be silenced). Django validates a task where it is declared."""
     from django.tasks import task
 
     from kumiko_jobs import MaxPerTenant
 
-    with pytest.raises(InvalidTask, match='on_limit="skip"'):
-        task(max_per_tenant=MaxPerTenant(1, on_limit="skip"))(skip_limited)
+    with pytest.raises(InvalidTask, match='on_limit="skip"') as refused:
+        task(max_per_tenant=MaxPerTenant(2, on_limit="skip"))(skip_limited)
+    assert 'MaxPerTenant(2, on_limit="defer")' in str(refused.value)  # the hint
     assert "tests.test_backends.skip_limited" not in registry
 
 

@@ -239,17 +239,6 @@ def _per_tenant(d: JobDefinition) -> Iterator[Problem]:
         )
 
 
-def _django_task(d: JobDefinition) -> Iterator[Problem]:
-    mpt = d.max_per_tenant
-    if d.task is not None and isinstance(mpt, MaxPerTenant) and mpt.on_limit == "skip":
-        yield (
-            'a Django task cannot use max_per_tenant with on_limit="skip": .enqueue() must return '
-            "a result, so a task's runs over the cap wait instead.",
-            f'Use @task(max_per_tenant={mpt.limit}) or MaxPerTenant({mpt.limit}, on_limit="defer").',
-            "E501",
-        )
-
-
 def _tenant_visible(d: JobDefinition) -> Iterator[Problem]:
     run, failure = d.tenant_visible_run, d.tenant_visible_failure
     if run is not None and (not isinstance(run, TenantVisibleRun) or not _field_names(run.subject_fields)):
@@ -325,7 +314,6 @@ _GROUPS: tuple[Callable[[JobDefinition], Iterator[Problem]], ...] = (
     _tenant_visible,
     _retry_window,
     *SCHEDULE_GROUPS,
-    _django_task,
 )
 
 

@@ -8,7 +8,6 @@ import pytest
 from django.core.checks import Error
 from django.tasks import task
 
-from kumiko_jobs import MaxPerTenant
 from kumiko_jobs.checks import check_definition, check_settings
 from kumiko_jobs.checks.tasks import check_task_backend
 from kumiko_jobs.task_jobs import build_definition_for
@@ -46,14 +45,6 @@ def test_django_runs_the_backend_checks(settings: Any) -> None:
 
     settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": []}}
     assert [m.id for m in check_tasks()] == ["kumiko_jobs.E503"]
-
-
-def test_a_task_cannot_skip_over_its_cap() -> None:
-    skipping = task(max_per_tenant=MaxPerTenant(2, on_limit="skip"))(tasks.noop_task.func)
-    [message] = check_definition(build_definition_for(skipping))
-    assert message.id == "kumiko_jobs.E501"
-    assert 'on_limit="skip"' in message.msg and "max_per_tenant=2" in (message.hint or "")
-    assert message.obj == "tests.testapp.tasks.noop_task"
 
 
 def test_bad_task_options_are_reported_like_a_jobs() -> None:
