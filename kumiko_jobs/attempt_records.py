@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import router
 from django.db.models import Q
 
 from kumiko_jobs import run_rows
@@ -168,7 +169,10 @@ def write_outcomes(updates: Sequence[OutcomeUpdate]) -> set[int]:
             elif not counts[position]:
                 safe(update.complete, counts[position])
         except StaleAttempt as exc:
+            from kumiko_jobs.task_execution import forget_attempt
+
             log_stale(exc)
+            forget_attempt(exc.run_id)
             stale.add(position)
     return stale
 
@@ -186,7 +190,8 @@ def _written_already(meta: JobMeta, values: dict[str, Any]) -> bool:
     """Whether the row holds this very write: a write that committed and lost its answer (the
     connection dropped) is sent again, and the guard then finds the row moved on by it.
     ``updated_at`` is the write's own moment."""
-    return JobRun.objects.filter(pk=meta.run_id, updated_at=values["updated_at"]).exists()
+    written = JobRun.objects.using(router.db_for_write(JobRun))
+    return written.filter(pk=meta.run_id, updated_at=values["updated_at"]).exists()
 
 
 def _stale(meta: JobMeta) -> StaleAttempt:

@@ -14,7 +14,7 @@ import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kumiko_jobs.exceptions import InvalidPayload, MalformedJob
@@ -215,6 +215,11 @@ def decode_payload(data: bytes) -> dict[str, Any]:
     return payload
 
 
+def _created_stamp(created: datetime) -> str:
+    # In UTC, as every other stamp: a database with its own TIME_ZONE returns its local time.
+    return rq_time(created.astimezone(UTC) if created.tzinfo else created)
+
+
 def job_fields(
     *,
     queue_name: str,
@@ -236,7 +241,7 @@ def job_fields(
     # Fields RQ treats as empty when absent (started_at, worker_name, ...) are left out: every
     # field is an argument of the enqueue script call.
     pairs: list[Any] = [
-        "created_at", stamp if created is None else rq_time(created),
+        "created_at", stamp if created is None else _created_stamp(created),
         "enqueued_at", stamp,
         "data", data,
         "origin", queue_name,

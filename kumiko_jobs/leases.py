@@ -89,7 +89,7 @@ def _reap_one(client: redis.Redis, keys: Keys, lane: str, member: str, meta_raw:
             outcome = outcomes.malformed(job_id, None, exc)
         else:
             job_name = meta.job_name
-            outcome = _outcome_of_abandoned(job_id, meta)
+            outcome = _outcome_of_abandoned(job_id, meta, meta_raw.decode())
     faults.crash_point("reap:after_record")
     args = ReapArgs(
         now=time.time(),
@@ -114,7 +114,7 @@ def _flow_from_record(job_id: str) -> str:
     return gates_for(definition, run[1], get_keys()).flow
 
 
-def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
+def _outcome_of_abandoned(job_id: str, meta: JobMeta, meta_raw: str = "") -> outcomes.Outcome:
     definition = registry.find(meta.job_name)
     recorded = records.status_of(meta.run_id)
     if recorded in FINISHED_STATUSES:
@@ -139,9 +139,9 @@ def _outcome_of_abandoned(job_id: str, meta: JobMeta) -> outcomes.Outcome:
     if recorded in FINISHED_STATUSES:
         return outcomes.recorded_outcome(definition, meta, recorded)
     # Unfinished at a later attempt than Redis knows of: the lease is let go, its cap slot given
-    # back and its hash deleted (lua/common.lua: finish), so the stale-run repair pushes the run
-    # again from its record.
-    return outcomes.Outcome("", "lost", outcomes.release_of(definition, meta))
+    # back and its hash (the one with this meta) deleted (lua/common.lua: finish), so the
+    # stale-run repair pushes the run again from its record.
+    return outcomes.Outcome("", "lost", outcomes.release_of(definition, meta), meta=meta_raw)
 
 
 class Heartbeat(threading.Thread):

@@ -56,7 +56,7 @@ ROW_FIELDS = (
     "id", "job_name", "tenant_id", "status", "attempt", "max_attempts", "lane", "job_id", "trigger_name",
     "triggered_by", "correlation_id", "payload", "next_attempt_at", "defer_count", "fanout_of",
     "retry_of", "updated_at", "pushed_at", "scheduled_at", "zone", "subject", "tenant_visible",
-    "fanout_parent",
+    "fanout_parent", "queued_at",
 )  # fmt: skip
 
 

@@ -355,8 +355,10 @@ def mark_requeued_by_operator(
 
 
 def status_of(run_id: str) -> str | None:
-    """The run's recorded status (None without a row)."""
-    return JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    """The run's recorded status (None without a row), from the database the run is written to
+    (a lagging read replica would decide a write on an old status)."""
+    runs = JobRun.objects.using(router.db_for_write(JobRun))
+    return runs.filter(pk=run_id).values_list("status", flat=True).first()
 
 
 def mark_pushed(run_ids: Sequence[uuid.UUID | str], *, now: datetime) -> None:

@@ -90,3 +90,15 @@ def test_data_splices_the_rows_payload_text_into_the_same_bytes_rq_would_write(p
 def test_rq_time_writes_what_rqs_utcformat_writes(moment: datetime) -> None:
     assert rq_time(moment) == utcformat(moment)
     assert utcparse(rq_time(moment)) == moment.replace(tzinfo=UTC)  # RQ reads its fields back
+
+
+def test_a_late_pushs_dispatch_time_is_stamped_in_utc() -> None:
+    """A database with its own TIME_ZONE returns a run's queued_at in its local time; the job
+    hash's created_at, which a late replace push compares, must still be UTC, as every stamp."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from kumiko_jobs.jobdata import _created_stamp, rq_time
+
+    moment = datetime(2026, 12, 5, 13, 0, 0, 123456, tzinfo=UTC)
+    berlin = moment.astimezone(timezone(timedelta(hours=1)))
+    assert _created_stamp(berlin) == rq_time(moment) == "2026-12-05T13:00:00.123456Z"

@@ -209,3 +209,20 @@ def test_a_reaper_that_stalls_after_its_turn_records_the_attempt_whose_lease_exp
     # One abandoned attempt counted, as the other reaper did: not a second one, which (past the
     # one extra attempt an abandon grants) failed the run.
     assert (run.status, run.attempt) == (RunStatus.QUEUED, 2)
+
+
+def test_a_hash_pushed_again_meanwhile_is_not_deleted_by_the_reaper(redis_client: Any) -> None:
+    """The reaper lets a run go without an outcome only with the hash it saw: one that repair or
+    the outbox pushed again in the meantime (another meta) stays."""
+    result = dispatch("tests.record", {"n": 1})
+    job = claim_expired()
+    JobRun.objects.filter(pk=result.run_id).update(attempt=3)  # the record is ahead of Redis
+    from kumiko_jobs import leases
+
+    meta = JobMeta.from_json(job.meta_raw)
+    outcome = leases._outcome_of_abandoned(job.job_id, meta, job.meta_raw.decode())
+    assert (outcome.kind, outcome.meta) == ("", job.meta_raw.decode())
+    redis_client.hset(get_keys().job(job.job_id), "meta", "pushed again")
+    member = redis_client.zrange(get_keys().started("worker"), 0, -1)[0].decode()
+    finish_and_claim(redis_client, get_keys(), "worker", Finished(job.job_id, member, outcome))
+    assert redis_client.hget(get_keys().job(job.job_id), "meta") == b"pushed again"

@@ -201,3 +201,44 @@ def test_the_outbox_compares_dispatch_times_not_run_ids(
     assert [e["payload"]["n"] for e in traces("replacing_start")] == [2]
     assert JobRun.objects.get(pk=high).status == RunStatus.DROPPED
     assert JobRun.objects.get(pk=newer.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_a_lost_hash_refused_as_replaced_gives_back_its_skip_limit(
+    redis_client: Any, tenants: list[Any]
+) -> None:
+    """A run pushed again after Redis lost its hash (its skip limits still counted from its
+    first push) and refused because a newer run of its flow waits: it never ends, so the
+    refusal gives its limits back."""
+    from kumiko_jobs.lane import Claim, finish_and_claim
+    from kumiko_jobs.rebuild import repush
+    from kumiko_jobs.registry import build_definition, registry
+    from tests.testapp.jobs import replacing
+
+    tenant = str(tenants[0].pk)
+    with registry.isolated():
+        registry.register(
+            build_definition(replacing, "tests.replace_two", {"concurrency": "replace", "max_per_tenant": 2})
+        )
+        older = dispatch("tests.replace_two", {"n": 1}, tenant=tenant)
+        claimed = finish_and_claim(redis_client, get_keys(), "worker", claim=Claim("w", "x", 9e9))
+        assert claimed is not None and claimed.job_id == older.job_id  # running: still counted
+        newer = dispatch("tests.replace_two", {"n": 2}, tenant=tenant)
+        active = get_keys().active
+        [key] = [k for k in redis_client.hkeys(active) if tenant.encode() in k]
+        assert int(redis_client.hget(active, key)) == 2
+        redis_client.delete(get_keys().job(older.job_id))  # its hash is lost
+        assert repush(redis_client, [JobRun.objects.get(pk=older.run_id)], admit=False) == 0
+        assert int(redis_client.hget(active, key)) == 1  # the newer run's count only
+        assert JobRun.objects.get(pk=older.run_id).status == RunStatus.DROPPED
+        assert JobRun.objects.get(pk=newer.run_id).status == RunStatus.QUEUED
+
+
+def test_a_run_is_prepared_again_from_the_fields_its_batch_read(django_assert_num_queries: Any) -> None:
+    """Rows are read with ROW_FIELDS only: a field outside them costs a query per row, 500 in a
+    rebuild batch, at the moment Redis came back empty."""
+    from kumiko_jobs.rebuild import ROW_FIELDS, _prepared
+
+    result = dispatch("tests.record", {"n": 1})
+    row = JobRun.objects.only(*ROW_FIELDS).get(pk=result.run_id)
+    with django_assert_num_queries(0):
+        assert _prepared(row, admit=True) is not None

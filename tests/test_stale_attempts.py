@@ -121,7 +121,11 @@ def test_the_writer_leaves_out_a_stale_success_and_writes_the_others() -> None:
         )
         for m, j in ((stale_meta, stale_job), (fresh_meta, fresh_job))
     ]
+    from kumiko_jobs import task_execution
+
+    task_execution._running[str(stale_run.run_id)] = object()  # type: ignore[assignment]
     assert write_outcomes(updates) == {0}
+    assert str(stale_run.run_id) not in task_execution._running  # a task's attempt is forgotten
     assert JobRun.objects.get(pk=stale_run.run_id).status == RunStatus.FAILED
     assert JobRun.objects.get(pk=fresh_run.run_id).status == RunStatus.SUCCEEDED
 

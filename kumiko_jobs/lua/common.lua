@@ -154,9 +154,10 @@ local function finish(P, R, id, now, now_iso, e)
   if flow ~= '' then release(P, flow, current) end
   if kind == '' then
     -- Let go without an outcome (the reaper, for a run whose hash is gone or whose record is
-    -- ahead of it): no hash is left behind, so the stale-run repair pushes the run again from
-    -- its record, its skip limits still counted.
-    redis.call('DEL', jk)
+    -- ahead of it): the hash it saw (its meta) is deleted, so the stale-run repair pushes the
+    -- run again from its record, its skip limits still counted. A hash pushed again meanwhile
+    -- (a new meta, or one where the reaper saw none) stays.
+    if meta ~= '' and redis.call('HGET', jk, 'meta') == meta then redis.call('DEL', jk) end
     return
   end
   if kind == 'ok' or kind == 'failed' then forget_limits(R.active, limit_keys) end

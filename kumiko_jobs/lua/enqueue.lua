@@ -37,7 +37,16 @@ if late == '1' and replace == '1' then
   if own then
     for _, old in ipairs(flow_ids(P, flow)) do
       local theirs = redis.call('HGET', job_key(old), 'created_at')
-      if theirs and theirs > own then return {'r', old} end
+      if theirs and theirs > own then
+        if restore == '1' then
+          -- A lost hash pushed again: its skip limits are still counted from its first push,
+          -- and it will never end to give them back.
+          for i = FIELDS, #ARGV, 2 do
+            if ARGV[i] == 'kumiko_lk' then forget_limits(active, ARGV[i + 1]) end
+          end
+        end
+        return {'r', old}
+      end
     end
   end
 end

@@ -1,4 +1,4 @@
-"""Checks of Django tasks on KumikoTaskBackend (E501-E506): one id per rule, each with a hint."""
+"""Checks of Django tasks on KumikoTaskBackend (E502-E506): one id per rule, each with a hint."""
 
 from __future__ import annotations
 
