@@ -53,12 +53,31 @@ def scopes_activator(tenant_id: str | None) -> Iterator[None]:
         scope = _django_scopes_scope()
         if scope is None:
             yield
+        elif tenant_id is None:
+            with _no_tenant_scope():
+                yield
         else:
             # Scoped managers filter FKs by this value; an id works without loading the tenant.
             with scope(tenant=tenant_id):
                 yield
     finally:
         _current_tenant.reset(token)
+
+
+@contextmanager
+def _no_tenant_scope() -> Iterator[None]:
+    """A run without a tenant (a system run): a scope with no tenant in it, so a scoped model
+    raises django-scopes' ScopeError until the job leaves the scope through an audited escape
+    hatch (``ctx.unscoped()``, ``ctx.cross_tenant_reads()``). ``scope(tenant=None)`` would
+    filter nothing: every tenant's rows, with no grant and no audit. django-scopes has no public
+    call for "this dimension is not set", so its state variable is set directly."""
+    from django_scopes.state import state
+
+    token = state.set({"_enabled": True})
+    try:
+        yield
+    finally:
+        state.reset(token)
 
 
 @cache

@@ -32,6 +32,18 @@ def test_handler_sees_only_its_tenant_through_scoped_managers(
     )
 
 
+def test_a_run_without_a_tenant_sees_no_tenants_rows_without_a_hatch(
+    tenants: list[Any], notes: Any, traces: Any
+) -> None:
+    """django-scopes' scope(tenant=None) filters nothing: a system run read every tenant's notes
+    with no grant and no audit. Now a scoped model refuses the query (ScopeError)."""
+    result = dispatch("tests.notes", {})
+    drain()
+    run = JobRun.objects.get(pk=result.run_id)
+    assert run.status == RunStatus.FAILED and "ScopeError" in run.error
+    assert traces("notes") == []
+
+
 def test_cross_tenant_reads_denied_without_grant_and_nothing_audited(tenants: list[Any]) -> None:
     result = dispatch("tests.notes_unscoped_denied", {}, tenant=tenants[0])
     drain()
