@@ -244,11 +244,12 @@ class JobContext:
 
     @contextmanager
     def unscoped(self) -> Iterator[None]:
-        """Global reads and writes (django-scopes disabled). Needs the ``unscoped`` grant."""
+        """Global reads (django-scopes disabled). Needs the ``unscoped`` grant; writes in the
+        block need ``global_writes`` too (without it they raise EscapeHatchDenied)."""
         self._require_grant("unscoped", "ctx.unscoped()")
         from kumiko_jobs.escape_hatches import unscoped
 
-        with unscoped(self):
+        with unscoped(self, writes=self.definition.grants("global_writes")):
             yield
 
     @contextmanager

@@ -68,6 +68,31 @@ def test_cross_tenant_reads_see_all_tenants_refuse_writes_and_audit_once(
     assert audit.tenant_id == str(tenants[0].pk) and audit.actor == "kumiko-system"
 
 
+def test_unscoped_writes_need_the_global_writes_grant(tenants: list[Any], notes: Any, traces: Any) -> None:
+    """DESIGN's grants: "unscoped" reads across tenants, "global_writes" writes across them."""
+    dispatch("tests.unscoped_reads", {}, tenant=tenants[0])
+    dispatch("tests.unscoped_writes", {}, tenant=tenants[0])
+    drain()
+    by_job = {e["job"]: e for e in traces("unscoped_write")}
+    assert by_job["tests.unscoped_reads"]["seen"] == [t.pk for t in tenants]
+    assert not by_job["tests.unscoped_reads"]["wrote"]
+    assert "global_writes" in traces("write_refused")[0]["error"]
+    assert by_job["tests.unscoped_writes"]["wrote"]
+    with scopes_disabled():
+        assert Note.objects.filter(text="written unscoped").count() == 1
+
+
+def test_a_write_is_known_behind_comments_and_in_a_with_query() -> None:
+    from kumiko_jobs.escape_hatches import is_write
+
+    assert is_write("/* traceparent='00-1' */ INSERT INTO t VALUES (1)")
+    assert is_write("-- a comment\n  update t set a = 1")
+    assert is_write("WITH gone AS (DELETE FROM t RETURNING id) SELECT * FROM gone")
+    assert is_write("COPY t FROM STDIN")
+    assert not is_write("/* x */ SELECT 1")
+    assert not is_write("WITH recent AS (SELECT id FROM t) SELECT * FROM recent")
+
+
 def test_per_tenant_without_tenant_source_fails_the_wrapper(settings: Any, tenants: list[Any]) -> None:
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "ACTIVE_TENANTS": None}
     result = dispatch("tests.per_tenant", {})

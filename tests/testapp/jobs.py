@@ -200,6 +200,33 @@ def notes_unscoped_denied(payload: dict[str, Any], ctx: JobContext) -> None:
         trace("never")
 
 
+def _write_unscoped(ctx: JobContext) -> None:
+    from project.demo.models import Note
+
+    with ctx.unscoped():
+        tenant_ids = sorted({n.tenant_id for n in Note.objects.all()})
+        try:
+            Note.objects.create(tenant_id=tenant_ids[-1], text="written unscoped")
+            wrote = True
+        except Exception as exc:  # the refusal is what the test checks
+            wrote = False
+            trace("write_refused", error=f"{exc.__class__.__name__}: {exc}")
+    trace("unscoped_write", seen=tenant_ids, wrote=wrote, **_ctx_fields(ctx))
+
+
+@job(name="tests.unscoped_reads", escape_hatch=EscapeHatch("tests: report", grants=("unscoped",)))
+def unscoped_reads(payload: dict[str, Any], ctx: JobContext) -> None:
+    _write_unscoped(ctx)
+
+
+@job(
+    name="tests.unscoped_writes",
+    escape_hatch=EscapeHatch("tests: repair", grants=("unscoped", "global_writes")),
+)
+def unscoped_writes(payload: dict[str, Any], ctx: JobContext) -> None:
+    _write_unscoped(ctx)
+
+
 @job(
     name="tests.cross_reads",
     escape_hatch=EscapeHatch("tests: cross-tenant report", grants=("unscoped",)),
