@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.exceptions import DeferralError, EscapeHatchDenied
 from kumiko_jobs.scrubbing import scrub
-from kumiko_jobs.validation import storable_text
+from kumiko_jobs.validation import MAX_DELAY_SECONDS, storable_text
 
 if TYPE_CHECKING:
     from kumiko_jobs.definitions import JobDefinition
@@ -227,6 +227,12 @@ class JobContext:
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms <= 0:
             raise ValueError(
                 f"Job {self.job_name!r}: ctx.defer needs a positive integer delay in ms (got {delay_ms!r})"
+            )
+        if delay_ms > MAX_DELAY_SECONDS * 1000:
+            # A unit mistake (seconds as microseconds) overflowed the datetime after the handler
+            # returned, outside its error handling: the worker died, and the next one too.
+            raise ValueError(
+                f"Job {self.job_name!r}: ctx.defer({delay_ms}) is over a year; the delay is in ms."
             )
         if self.inline:
             raise DeferralError(

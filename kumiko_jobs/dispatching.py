@@ -227,7 +227,10 @@ def record_pushes(
         if rows_exist and o.status not in ("queued", "duplicate"):
             # Recorded before its push (inside the caller's transaction, or waiting for the
             # outbox), but a gate said no when it was pushed.
-            records.mark_not_enqueued(p.row.id, now=now, reason=o.reason or o.status)
+            reason = o.reason or o.status
+            if o.newer_job_id:
+                reason = f"replaced by a newer run ({o.newer_job_id})"
+            records.mark_not_enqueued(p.row.id, now=now, reason=reason)
             run_events.dropped([p.row])
     if rows_exist:
         # "duplicate": pushed already (by rebuild.push_waiting, racing this commit).

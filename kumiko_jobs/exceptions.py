@@ -100,3 +100,13 @@ class StaleAttempt(KumikoJobsError):
     def __init__(self, run_id: str, attempt: int, status: str) -> None:
         self.run_id, self.attempt, self.status = run_id, attempt, status
         super().__init__(f"run {run_id} moved on from attempt {attempt}: its record says {status}")
+
+
+def text_of(exc: BaseException) -> str:
+    """``str(exc)``, for an exception whose ``__str__`` raises or returns no str: described
+    instead (a handler's odd exception class must not take its worker down)."""
+    try:
+        text = str(exc)
+    except Exception as broken:
+        return f"<str() of {type(exc).__name__} raised {type(broken).__name__}>"
+    return text if isinstance(text, str) else f"<str() of {type(exc).__name__} gave no str>"

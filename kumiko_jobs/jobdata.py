@@ -136,8 +136,9 @@ class JobMeta:
                 flow=_text(d.get("flow", "t|"), 300),
                 limit_keys=_text(d.get("lk", ""), 2000),
                 cap_defers=int(d.get("cd", 0)),
-                fanout_of=_text(d.get("fo", ""), 100),
-                fanout_parent=_text(d.get("fp", ""), 100),
+                # Job ids, as long as the record's job id columns (JOB_ID_LENGTH).
+                fanout_of=_text(d.get("fo", ""), 255),
+                fanout_parent=_text(d.get("fp", ""), 255),
                 subject=_optional_text(d.get("subj"), 500),
                 tenant_visible=bool(d.get("tv", 0)),
                 scheduled_at=None if d.get("at") is None else float(d["at"]),

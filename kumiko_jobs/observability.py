@@ -34,6 +34,7 @@ from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from kumiko_jobs.connection import get_keys
+from kumiko_jobs.exceptions import text_of
 from kumiko_jobs.jobdata import JobMeta, with_meta
 from kumiko_jobs.scrubbing import scrub
 
@@ -193,7 +194,7 @@ def sending(prepared: Sequence[PreparedJob]) -> Iterator[Send]:
         try:
             yield Send([_with_trace(p, carrier) for p in prepared], span)
         except Exception as exc:
-            _mark_error(span, exc, scrub(str(exc)))
+            _mark_error(span, exc, scrub(text_of(exc)))
             raise
 
 
@@ -280,7 +281,7 @@ class _Processing:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         try:
             if isinstance(exc, Exception):  # a bug of ours: the policy turns job errors into outcomes
-                _mark_error(self._span, exc, scrub(str(exc)))
+                _mark_error(self._span, exc, scrub(text_of(exc)))
         finally:
             otel_context.detach(self._token)  # type: ignore[arg-type]
             self._span.end()

@@ -28,7 +28,7 @@ from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.context import cut_line
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.exceptions import MalformedJob, StaleAttempt, UnknownJob, UnrecoverableError
+from kumiko_jobs.exceptions import MalformedJob, StaleAttempt, UnknownJob, UnrecoverableError, text_of
 from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
@@ -166,7 +166,7 @@ def failed_attempt(
     ``reaping``: the reaper's outcome of an abandoned attempt (attempt_records.py)."""
     now = datetime.now(UTC)
     # Scrubbed before anything stores or logs them: run record, Redis, span, log line.
-    message = storable_text(scrub(f"{exc.__class__.__name__}: {exc}"))
+    message = storable_text(scrub(f"{exc.__class__.__name__}: {text_of(exc)}"))
     trace_text = storable_text(scrub("".join(tb.format_exception(exc))))
     record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts

@@ -69,6 +69,8 @@ class Pushed:
     reason: str | None = None
     dropped: tuple[str, ...] = ()
     pending_job_id: str | None = None
+    # A late push refused as "replaced": the waiting run that replaced it.
+    newer_job_id: str | None = None
 
 
 def push(prepared: Sequence[PreparedJob], client: redis.Redis | None = None) -> list[Pushed]:
@@ -268,7 +270,7 @@ def _decode(p: PreparedJob, raw: list[Any]) -> Pushed:
     if code == "b":
         return Pushed("debounced", reason="debounced", pending_job_id=raw[1].decode())
     if code == "r":
-        return Pushed("skipped", reason=f"replaced by a newer run ({raw[1].decode()})")
+        return Pushed("skipped", reason="replaced", newer_job_id=raw[1].decode())
     return Pushed("duplicate", reason="duplicate")
 
 

@@ -31,7 +31,8 @@ _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _BASIC = re.compile(r"\b(Basic\s+)(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}")
 _SECRET_PARAM = re.compile(
     r"(?i)\b(password|passwd|pwd|secret|client_secret|token|access_token|refresh_token|api[_-]?key)"
-    r"(\s*[=:]\s*)(?!\[)(\"[^\"]*\"|'[^']*'|[^\s&,;]+)"
+    # The key may be quoted, as in a dict's repr or JSON: {'password': 'x'}, {"api_key": "x"}.
+    r"([\"']?\s*[=:]\s*)(?!\[)(\"[^\"]*\"|'[^']*'|[^\s&,;]+)"
 )
 _EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 # 13-19 digits, optionally grouped by single spaces or dashes, not part of a longer number.
@@ -110,7 +111,14 @@ class ScrubbingFilter(logging.Filter):
 
 # The package's loggers whose records may carry a traceback (a filter on a logger covers only
 # records made on that very logger, not its children).
-LOGGERS = ("kumiko_jobs", "kumiko_jobs.worker", "kumiko_jobs.audit", "kumiko_jobs.runs", "kumiko_jobs.jobs")
+LOGGERS = (
+    "kumiko_jobs",
+    "kumiko_jobs.worker",
+    "kumiko_jobs.audit",
+    "kumiko_jobs.runs",
+    "kumiko_jobs.jobs",
+    "kumiko_jobs.signals",  # a receiver's traceback (an SMTP or HTTP client error quoting data)
+)
 # Django's tasks framework logs a failed task's traceback on its own logger (and Django's default
 # LOGGING mails it to ADMINS): scrubbed too where kumiko runs the tasks.
 TASK_LOGGERS = ("django.tasks",)

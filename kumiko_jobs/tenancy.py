@@ -36,7 +36,9 @@ def tenant_context(tenant_id: str | int | None) -> Iterator[None]:
     async code see it). Django tasks enqueued inside run for it: use it in a request
     middleware, ``with tenant_context(request.tenant.pk): return get_response(request)``.
     Workers set it around every handler (the activator)."""
-    token = _current_tenant.set(None if tenant_id is None else str(tenant_id))
+    # A model instance counts as its key (its str() is a display name, which no tenant has).
+    key = getattr(tenant_id, "pk", tenant_id)
+    token = _current_tenant.set(None if key is None else str(key))
     try:
         yield
     finally:

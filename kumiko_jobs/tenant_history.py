@@ -141,7 +141,8 @@ def tenant_runs(
         runs = runs.filter(job_name=job)
     if subject is not None:
         runs = runs.filter(subject=_subject_filter(subject, job))
-    return _safe_rows(runs.order_by("-queued_at").values(*TENANT_RUN_FIELDS))
+    # The primary key breaks ties: a page boundary between equal times neither repeats nor drops.
+    return _safe_rows(runs.order_by("-queued_at", "-id").values(*TENANT_RUN_FIELDS))
 
 
 def tenant_failures(tenant: Any) -> QuerySet[Any, SafeRow]:
@@ -151,7 +152,7 @@ def tenant_failures(tenant: Any) -> QuerySet[Any, SafeRow]:
 
     return _safe_rows(
         TenantFailure.objects.filter(tenant_id=_tenant_id(tenant))
-        .order_by("-last_failed_at")
+        .order_by("-last_failed_at", "-id")
         .values(*TENANT_FAILURE_FIELDS)
     )
 

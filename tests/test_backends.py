@@ -34,7 +34,7 @@ def test_a_task_is_a_job_with_its_options() -> None:
 
 
 def test_the_tenant_is_the_current_one(tenants: list[Any], traces: Any) -> None:
-    with tenant_context(str(tenants[0].pk)):
+    with tenant_context(tenants[0]):  # a model instance is its key, not its display name
         inside = tasks.traced.enqueue("inside")
     outside = tasks.traced.enqueue("outside")
     assert JobRun.objects.get(pk=inside.id).tenant_id == str(tenants[0].pk)

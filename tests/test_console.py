@@ -109,12 +109,13 @@ def test_overview_shows_lanes_tenants_and_charts_without_querying_runs(
 def test_overview_reports_an_unreachable_redis(admin_client: Client, settings: Any) -> None:
     settings.KUMIKO_JOBS = {
         **settings.KUMIKO_JOBS,
-        "REDIS_URL": "redis://127.0.0.1:1/0",
+        "REDIS_URL": "redis://:hunter2@127.0.0.1:1/0",
         "REDIS_TIMEOUT": 0.2,
     }
     response = admin_client.get(OVERVIEW)
     assert response.status_code == 200
     assert "did not answer" in response.content.decode()
+    assert "hunter2" not in response.content.decode()  # the URL's password is never shown
 
 
 def test_console_pages_are_linked_from_the_app_index_for_operators(admin_client: Client) -> None:

@@ -195,3 +195,15 @@ def test_rqstats_counts_the_lanes(capsys: Any, tenants: list[Any]) -> None:
     printed = json.loads(capsys.readouterr().out)
     counts = {q["name"]: q["jobs"] for q in printed["queues"]}
     assert counts == {get_keys().queue_name("worker"): 3, get_keys().queue_name("api"): 1}
+
+
+def test_a_tenants_staff_with_the_dashboard_permission_still_stays_out(
+    django_user_model: Any, settings: Any, tenants: list[Any]
+) -> None:
+    """The dashboard shows every tenant's jobs and payloads: a support group given all of
+    kumiko_jobs' permissions must not reach it through its tenant staff."""
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "USER_TENANT": "tests.conftest.tenant_of_staff"}
+    tenant_staff = staff(django_user_model, "staff-acme", dashboard=True)
+    assert tenant_staff.get("/django-rq/").status_code == 403
+    assert tenant_staff.get("/django-rq/stats.json").status_code == 403
+    assert staff(django_user_model, "ops", dashboard=True).get("/django-rq/").status_code == 200

@@ -93,6 +93,9 @@ def test_defer_needs_positive_integer_delay() -> None:
     inline = dataclasses.replace(ctx, inline=True)
     with pytest.raises(RuntimeError, match="not available inline"):
         inline.defer(10)
+    # A unit mistake overflowed the retry time after the handler returned, killing the worker.
+    with pytest.raises(ValueError, match="over a year"):
+        ctx.defer(10**15)
 
 
 def test_unknown_job_in_queue_is_retried_during_grace_then_fails(settings: Any, redis_client: Any) -> None:

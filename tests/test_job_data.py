@@ -102,3 +102,38 @@ def test_a_late_pushs_dispatch_time_is_stamped_in_utc() -> None:
     moment = datetime(2026, 12, 5, 13, 0, 0, 123456, tzinfo=UTC)
     berlin = moment.astimezone(timezone(timedelta(hours=1)))
     assert _created_stamp(berlin) == rq_time(moment) == "2026-12-05T13:00:00.123456Z"
+
+
+def test_fan_out_ids_as_long_as_a_job_id_column_round_trip() -> None:
+    """Under a 64-character QUEUE_PREFIX a per-tenant wrapper's id is over 100 characters: its
+    children's meta names it, and a limit of 100 failed every child as malformed."""
+    from kumiko_jobs.jobdata import JobMeta
+    from kumiko_jobs.models import JOB_ID_LENGTH
+
+    wrapper = "p" * (JOB_ID_LENGTH - 40) + "-0123456789abcdef0123456789abcdef"
+    meta = JobMeta(
+        run_id="01a2463f-e786-7ebc-96ee-493a29afa79c",
+        job_name="x.y",
+        lane="worker",
+        tenant_id="1",
+        triggered_by=None,
+        trigger_name="",
+        correlation_id="c",
+        attempt=1,
+        max_attempts=1,
+        fanout_of=wrapper,
+        fanout_parent=wrapper,
+    )
+    back = JobMeta.from_json(meta.to_json())
+    assert (back.fanout_of, back.fanout_parent) == (wrapper, wrapper)
+
+
+def test_an_exception_whose_str_raises_is_described() -> None:
+    from kumiko_jobs.exceptions import text_of
+
+    class Odd(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    assert text_of(Odd()) == "<str() of Odd raised RuntimeError>"
+    assert text_of(ValueError("plain")) == "plain"

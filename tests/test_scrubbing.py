@@ -37,6 +37,8 @@ def broken(text: str) -> str:
         ("postgres://app:hunter2@db.internal/prod", "postgres://app:[redacted]@db.internal/prod"),
         ("GET /cb?code=1&access_token=abc.def&x=1", "GET /cb?code=1&access_token=[redacted]&x=1"),
         ("password='p4ss word' retry", "password=[redacted] retry"),
+        ("body {'password': 'hunter2', 'user': 'ann'}", "body {'password': [redacted], 'user': 'ann'}"),
+        ('{"api_key": "abc123", "ok": false}', '{"api_key": [redacted], "ok": false}'),
         ("card 4111111111111111.", "card [card]."),
         ("card 4111 1111 1111 1111 declined", "card [card] declined"),
         ("card 5555-5555-5555-4444", "card [card]"),
@@ -80,7 +82,7 @@ def test_a_failed_run_stores_and_logs_only_scrubbed_text(
     assert "postgres://app:[redacted]@db.internal" in run.traceback and "card [card]" in run.traceback
     assert [line["msg"] for line in run.logs[:2]] == [
         "working for [email]",
-        "retrying with card [card] {'token': 'Bearer [redacted]'}",
+        "retrying with card [card] {'token': [redacted]}",
     ]
     # The per-attempt line is there (scrubbed); job lines stay off the process log by default.
     assert any("error=ValueError: mail [email]" in r.getMessage() for r in caplog.records)
@@ -98,7 +100,7 @@ def test_log_job_lines_copies_them_scrubbed_to_the_process_log(
     lines = [r.getMessage() for r in caplog.records if r.name == "kumiko_jobs.jobs"]
     assert lines == [
         "[tests.raise_secret] working for [email]",
-        "[tests.raise_secret] retrying with card [card] {'token': 'Bearer [redacted]'}",
+        "[tests.raise_secret] retrying with card [card] {'token': [redacted]}",
     ]
 
 

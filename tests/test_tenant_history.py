@@ -227,3 +227,13 @@ def test_concurrent_final_failures_meet_in_one_row(tenants: list[Any], subject: 
     assert errors == []
     (row,) = TenantFailure.objects.all()
     assert (row.subject, row.count) == (subject, writers)
+
+
+def test_runs_queued_at_the_same_moment_keep_one_order(tenants: list[Any]) -> None:
+    """Pages are LIMIT/OFFSET slices: with equal times and no tie-breaker a row could repeat on
+    one page and be missing from the next."""
+    acme = tenants[0]
+    runs = [dispatch(EXPORT, {"invoice_id": i}, tenant=acme) for i in range(5)]
+    JobRun.objects.filter(pk__in=[r.run_id for r in runs]).update(queued_at=datetime(2026, 1, 1, tzinfo=UTC))
+    pages = [row["id"] for start in range(0, 5, 2) for row in tenant_runs(acme)[start : start + 2]]
+    assert pages == sorted((uuid.UUID(r.run_id) for r in runs), reverse=True)

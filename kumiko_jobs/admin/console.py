@@ -21,7 +21,7 @@ from kumiko_jobs import lane_stats
 from kumiko_jobs.admin.access import OperatorPage, tenant_names
 from kumiko_jobs.admin.chart import outcome_chart
 from kumiko_jobs.admin.run_columns import runs_url
-from kumiko_jobs.conf import redis_url
+from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.flows import ANY_TENANT
 from kumiko_jobs.keys import LANES
@@ -160,5 +160,6 @@ class ConsoleOverviewAdmin(OperatorPage, _ModelAdmin):
             context["lanes"] = lane_rows(client)
             context["tenants"] = tenant_rows(client, wanted)
         except redis.RedisError as exc:
-            context["redis_error"] = f"Redis at {redis_url()} did not answer: {exc}"
+            # Never the URL itself: it may hold the password.
+            context["redis_error"] = f"Redis at {redis_description()} did not answer: {exc}"
         return TemplateResponse(request, "admin/kumiko_jobs/overview.html", context)

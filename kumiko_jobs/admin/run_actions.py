@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -36,7 +37,11 @@ def _selected(
 
 @admin.action(description="Retry selected failed runs", permissions=["retry"])
 def retry_failed_runs(model_admin: Any, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-    fields = ("id", "job_name", "tenant_id", "status", "payload", "correlation_id", "job_id", "fanout_of")
+    # Every field retry_failed reads: a deferred one is a query per run.
+    fields = (
+        "id", "job_name", "tenant_id", "status", "payload", "correlation_id", "job_id", "fanout_of",
+        "scheduled_at", "zone", "lane",
+    )  # fmt: skip
     runs = _selected(model_admin, request, queryset, fields)
     if runs is None:
         return
@@ -78,8 +83,8 @@ def cancel_queued_runs(model_admin: Any, request: HttpRequest, queryset: QuerySe
         result = cancel_queued(
             [run.job_id for run in waiting], reason=f"Canceled by {request.user} in the admin."
         )
-    except QueueUnavailable as exc:
-        model_admin.message_user(request, str(exc), messages.ERROR)
+    except (QueueUnavailable, redis.RedisError) as exc:
+        model_admin.message_user(request, f"Nothing was canceled: {exc}", messages.ERROR)
         return
     names = {run.job_id: f"{run.job_name} {run.pk}" for run in waiting}
     skipped += [f"{names[job_id]} ({why})" for job_id, why in result.refused.items()]

@@ -18,6 +18,8 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from kumiko_jobs.conf import import_setting
+
 PERMISSION = "kumiko_jobs.use_rq_dashboard"
 # Set on every view this package wraps; check kumiko_jobs.W111 looks for django-rq views without it.
 MARKER = "kumiko_operator_only"
@@ -26,11 +28,16 @@ View = Callable[..., HttpResponse]
 
 
 def is_dashboard_operator(user: Any) -> bool:
-    return bool(
-        getattr(user, "is_active", False)
-        and getattr(user, "is_staff", False)
-        and (getattr(user, "is_superuser", False) or user.has_perm(PERMISSION))
-    )
+    """Superusers, and staff with the dashboard permission who are not a tenant's staff (the
+    dashboard shows every tenant's jobs and payloads; README: tenant staff never see it)."""
+    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)):
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    if not user.has_perm(PERMISSION):
+        return False
+    hook = import_setting("USER_TENANT")
+    return hook is None or hook(user) is None
 
 
 def operator_only(view: View) -> View:
