@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import router, transaction
 from django.utils import timezone
 
 from kumiko_jobs.definitions import wrapped_job
@@ -28,6 +29,22 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
     """
     if run.status != RunStatus.FAILED:
         raise NotRetryable(f"Run {run.pk} of {run.job_name!r} is {run.status}; only failed runs are retried.")
+    using = router.db_for_write(JobRun)
+    with transaction.atomic(using=using):
+        # The original's row is locked while its retry is recorded: two operators (or a double
+        # click) cannot both retry it, and a retried run is not retried again (the job would run
+        # twice). The retry reaches Redis when this commits.
+        JobRun.objects.using(using).select_for_update().filter(pk=run.pk).values_list("pk").first()
+        earlier = JobRun.objects.using(using).filter(retry_of=run.pk).values_list("pk", flat=True).first()
+        if earlier is not None:
+            raise NotRetryable(
+                f"Run {run.pk} of {run.job_name!r} was retried already, by run {earlier}; retry that "
+                "run if it failed too."
+            )
+        return _dispatch_retry(run, user)
+
+
+def _dispatch_retry(run: JobRun, user: Any) -> DispatchResult:
     target = wrapped_job(run.job_name)
     definition = registry.get(target or run.job_name)
     payload, now = run.payload, timezone.now()

@@ -26,6 +26,20 @@ def test_retry_is_a_new_run_pointing_at_the_failed_one(tenants: list[Any]) -> No
     assert (retry.tenant_id, retry.correlation_id) == (failed.tenant_id, failed.correlation_id)
 
 
+def test_a_run_is_retried_once(tenants: list[Any], traces: Any) -> None:
+    """A double click, a second operator, the same filter a day later: the original stays
+    failed, and each retry ran the job once more (an invoice charged twice)."""
+    failed = JobRun.objects.get(pk=dispatch("tests.unrecoverable", {"x": 1}, tenant=tenants[0]).run_id)
+    drain()
+    failed.refresh_from_db()
+    first = retry_failed(failed)
+    with pytest.raises(NotRetryable, match=f"retried already, by run {first.run_id}"):
+        retry_failed(failed)
+    assert JobRun.objects.filter(retry_of=failed.pk).count() == 1
+    assert drain() == {"failed": 1}  # the one retry ran
+    assert len(traces("unrecoverable")) == 2
+
+
 def test_only_failed_runs_are_retried(tenants: list[Any]) -> None:
     run = JobRun.objects.get(pk=dispatch("tests.record", {}, tenant=tenants[0]).run_id)
     with pytest.raises(NotRetryable, match="is queued; only failed runs"):
