@@ -142,10 +142,12 @@ def execute(
     finally:
         if observer.finishing():
             start = dataclasses.replace(start, announced=True)
+        # The next job must not inherit a broken connection or a transaction this one left open;
+        # nor may the audit: written inside a transaction the handler left open, it was rolled
+        # back with it.
+        tidy_after_job()
         if ctx.audit_uses:
             flush_audits(ctx)
-        # The next job must not inherit a broken connection or a transaction this one left open.
-        tidy_after_job()
     if error is not None:
         return outcomes.failed_attempt(definition, job_id, meta, error, log.lines, start=start)
     if isinstance(result, Deferral):

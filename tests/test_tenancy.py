@@ -244,3 +244,12 @@ def test_a_server_side_cursor_lost_to_a_pooler_is_explained_other_errors_pass(se
     raised[:] = [ProgrammingError("something else")]
     with pytest.raises(ProgrammingError, match="something else"):
         list(active_tenant_ids())
+
+
+def test_a_hatch_is_audited_when_its_handler_leaves_a_transaction_open(tenants: list[Any]) -> None:
+    """The audit was written inside the transaction the handler left open, and the connection's
+    clean-up rolled it back with it."""
+    dispatch("tests.hatch_left_open", {}, tenant=tenants[0])
+    drain()
+    [audit] = EscapeHatchAudit.objects.all()
+    assert (audit.job_name, audit.kind, audit.count) == ("tests.hatch_left_open", "unscoped", 1)

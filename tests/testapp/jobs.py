@@ -330,6 +330,16 @@ def leaves_transaction_open(payload: dict[str, Any], ctx: JobContext) -> None:
     Note.objects.create(tenant_id=ctx.tenant_id, text="left in an open transaction")
 
 
+@job(name="tests.hatch_left_open", escape_hatch=EscapeHatch("tests: a report", grants=("unscoped",)))
+def hatch_left_open(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Uses a hatch, then leaves a transaction open: the audit must not go down with it."""
+    from django.db import transaction
+
+    with ctx.unscoped():
+        trace("hatch_left_open")
+    transaction.atomic().__enter__()
+
+
 @job(name="tests.breaks_connection")
 def breaks_connection(payload: dict[str, Any], ctx: JobContext) -> None:
     """Closes the database socket under Django's feet (a server restart, a pooler timeout)."""
