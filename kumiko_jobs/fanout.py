@@ -61,9 +61,13 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
     try:
         total = 0
         # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.
-        tenants = tenants_in_zone(meta.zone) if meta.zone else tenancy.active_tenant_ids()
+        if meta.zone:
+            tenants: Iterable[str] = tenants_in_zone(meta.zone)  # listed ids already
+        else:
+            listed = (tenancy.listed_tenant_id(t) for t in tenancy.active_tenant_ids())
+            tenants = (t for t in listed if t is not None)
         for batch in _batches(tenants, BATCH):
-            total += _enqueue_batch(definition, job_id, meta, payload, [str(t) for t in batch])
+            total += _enqueue_batch(definition, job_id, meta, payload, batch)
     except Exception as exc:
         return outcomes.failed_attempt(definition, job_id, meta, exc, [])
     line = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -22,6 +23,7 @@ from kumiko_jobs.exceptions import InvalidTenant
 _current_tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("kumiko_tenant", default=None)
 _known_tenants: dict[str, float] = {}
 
+logger = logging.getLogger("kumiko_jobs")
 Activator = Callable[[str | None], AbstractContextManager[Any]]
 
 
@@ -162,6 +164,25 @@ def normalise_tenant(tenant: Any) -> str | None:
         if tenant.pk is None:
             raise InvalidTenant(f"Tenant {tenant!r} has no primary key yet; save it before dispatching.")
         tenant = tenant.pk
+    value = _tenant_key(tenant, model)
+    if model is not None:
+        _check_exists(model, value)
+    return value
+
+
+def listed_tenant_id(tenant: Any) -> str | None:
+    """A tenant from ``ACTIVE_TENANTS`` as dispatch keeps its id (``normalise_tenant`` without
+    the existence query: the source lists existing tenants), so a fan-out's children land under
+    the id the tenant's own dispatches, caps and history use. None for an item that cannot be a
+    tenant id: it is logged and skipped, so one bad item does not fail every batch after it."""
+    try:
+        return _tenant_key(tenant.pk if isinstance(tenant, models.Model) else tenant, tenant_model())
+    except InvalidTenant as exc:
+        logger.warning("kumiko_jobs: ACTIVE_TENANTS gave %r, which is skipped: %s", tenant, exc)
+        return None
+
+
+def _tenant_key(tenant: Any, model: type[models.Model] | None) -> str:
     if isinstance(tenant, bool) or not isinstance(tenant, str | int | uuid.UUID):
         raise InvalidTenant(
             f"tenant={tenant!r} must be a tenant model instance or its id (str, int or UUID), "
@@ -172,8 +193,6 @@ def normalise_tenant(tenant: Any) -> str | None:
         raise InvalidTenant(
             f"tenant id {value!r} must be 1-64 printable characters without surrounding spaces."
         )
-    if model is not None:
-        _check_exists(model, value)
     return value
 
 

@@ -253,3 +253,20 @@ def test_a_hatch_is_audited_when_its_handler_leaves_a_transaction_open(tenants: 
     drain()
     [audit] = EscapeHatchAudit.objects.all()
     assert (audit.job_name, audit.kind, audit.count) == ("tests.hatch_left_open", "unscoped", 1)
+
+
+def test_fan_out_children_take_the_tenant_ids_dispatch_uses(
+    settings: Any, tenants: list[Any], traces: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ACTIVE_TENANTS may give instances, or ids in another spelling: the children land under
+    the canonical id (the tenant's own runs, caps and history), and an item that cannot be a
+    tenant id is skipped, not a failed batch for every tenant after it."""
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "tests.testapp.tenants.instances_and_a_bad_one",
+    }
+    dispatch("tests.per_tenant", {})
+    assert drain() == {"succeeded": 1 + len(tenants)}
+    children = JobRun.objects.filter(job_name="tests.per_tenant").values_list("tenant_id", flat=True)
+    assert sorted(children) == sorted(str(t.pk) for t in tenants)
+    assert "ACTIVE_TENANTS gave 'xxx" in caplog.text

@@ -34,7 +34,7 @@ from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.scheduling.cronmath import zone as zone_info
 from kumiko_jobs.scripts import scripts_for
-from kumiko_jobs.tenancy import active_tenant_ids
+from kumiko_jobs.tenancy import active_tenant_ids, listed_tenant_id
 
 logger = logging.getLogger("kumiko_jobs")
 DEFAULT_ZONE = "UTC"
@@ -73,7 +73,10 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = defaultdict(list)
     bad: list[tuple[str, Any]] = []
     for tenant in tenants:
-        tenant_id = str(tenant)
+        listed = listed_tenant_id(tenant)
+        if listed is None:
+            continue
+        tenant_id = listed
         try:
             name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
         except Exception as exc:  # the project's function: one tenant must not stop the index

@@ -36,3 +36,10 @@ def tenant_timezone(tenant_id: object) -> str:
 def many() -> range:
     """Enough tenants that a fan-out batch records its children with COPY (run_rows.COPY_FROM)."""
     return range(1000, 1150)  # 150 children
+
+
+def instances_and_a_bad_one() -> list[object]:
+    """Model instances (their str() is a display name) and an item no tenant id can be."""
+    from project.demo.models import Tenant
+
+    return [*Tenant.objects.filter(active=True).order_by("pk"), "x" * 65]
