@@ -7,6 +7,7 @@ a Redis hash, so it holds whatever Redis retention is configured.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import uuid
@@ -15,9 +16,11 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from kumiko_jobs import attempt_records, guarded_writes, outcomes, records, run_events, tenancy
-from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.exceptions import QueueUnavailable
+from kumiko_jobs.definitions import Backoff, JobDefinition
+from kumiko_jobs.exceptions import QueueUnavailable, UnrecoverableError
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.observability import current_trace_carrier
 from kumiko_jobs.outcomes import Outcome
@@ -69,7 +72,7 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
         for batch in _batches(tenants, BATCH):
             total += _enqueue_batch(definition, job_id, meta, payload, batch)
     except Exception as exc:
-        return outcomes.failed_attempt(definition, job_id, meta, exc, [])
+        return _failed_fan_out(definition, job_id, meta, exc, start)
     line = {
         "t": datetime.now(UTC).isoformat(),
         "level": "info",
@@ -79,6 +82,23 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
     guarded_writes.safe(records.set_fanout_count, meta.run_id, total)
     # The wrapper's own gates are a tenant flow: nothing of the target's to release.
     return outcomes.succeeded(None, job_id, meta, [line], None)
+
+
+# A wrapper's own retry budget when its job has fewer attempts: a fan-out that failed midway
+# (Redis or the database gone for a moment) left every later tenant without its run, and the
+# children it did enqueue are skipped on the next attempt (their ids derive from the wrapper's).
+WRAPPER_ATTEMPTS = 3
+WRAPPER_BACKOFF = Backoff("exponential", delay_ms=1000)
+
+
+def _failed_fan_out(
+    definition: JobDefinition, job_id: str, meta: JobMeta, exc: Exception, start: attempt_records.Started
+) -> Outcome:
+    if isinstance(exc, ImproperlyConfigured):
+        exc = UnrecoverableError(str(exc))  # no tenant source: another attempt finds none either
+    policy = definition if definition.backoff else dataclasses.replace(definition, backoff=WRAPPER_BACKOFF)
+    extra = max(0, WRAPPER_ATTEMPTS - meta.max_attempts)
+    return outcomes.failed_attempt(policy, job_id, meta, exc, [], extra_attempts=extra, start=start)
 
 
 def spread_delay(definition: JobDefinition, tenant_id: str) -> float:

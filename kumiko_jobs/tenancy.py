@@ -103,7 +103,7 @@ def active_tenant_ids() -> Iterator[Any]:
     """The tenants a per_tenant job fans out to (``KUMIKO_JOBS["ACTIVE_TENANTS"]``)."""
     source = import_setting("ACTIVE_TENANTS")
     if source is None:
-        raise RuntimeError(
+        raise ImproperlyConfigured(
             "per_tenant jobs need KUMIKO_JOBS['ACTIVE_TENANTS']: the dotted path of a function "
             "returning the active tenant ids."
         )

@@ -178,9 +178,10 @@ def later(start: Started) -> Started:
 
 
 def test_a_fan_out_without_redis_records_no_children_and_its_retry_reaches_everyone(
-    settings: Any, redis_client: Any
+    settings: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     meta, start = _wrapper(settings, redis_client)
+    monkeypatch.setattr("kumiko_jobs.fanout.WRAPPER_ATTEMPTS", 1)  # one attempt, run again by hand
     working = settings.KUMIKO_JOBS
     settings.KUMIKO_JOBS = {**working, "REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_TIMEOUT": 0.5}
     outcome = run_fan_out(meta, start, "tests.per_tenant")
@@ -195,12 +196,13 @@ def test_a_fan_out_without_redis_records_no_children_and_its_retry_reaches_every
 
 
 def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
-    settings: Any, redis_client: Any
+    settings: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rows are written while Redis (paused for writes) holds the push: the read times out,
     they are deleted. The paused push runs when the pause ends; the retry then finds the
     children in Redis ("duplicate") and records each once."""
     meta, start = _wrapper(settings, redis_client)
+    monkeypatch.setattr("kumiko_jobs.fanout.WRAPPER_ATTEMPTS", 1)  # one attempt, run again by hand
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_TIMEOUT": 0.2}
     redis_client.execute_command("CLIENT", "PAUSE", 600, "WRITE")
     try:

@@ -270,3 +270,19 @@ def test_fan_out_children_take_the_tenant_ids_dispatch_uses(
     children = JobRun.objects.filter(job_name="tests.per_tenant").values_list("tenant_id", flat=True)
     assert sorted(children) == sorted(str(t.pk) for t in tenants)
     assert "ACTIVE_TENANTS gave 'xxx" in caplog.text
+
+
+def test_a_fan_out_that_fails_midway_is_retried_even_when_its_job_has_no_retries(
+    settings: Any, tenants: list[Any], traces: Any
+) -> None:
+    """tests.per_tenant has retries=0: its wrapper failed for good at the first error, and every
+    tenant after it went without its run."""
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "tests.testapp.tenants.fails_midway_once",
+    }
+    wrapper = dispatch("tests.per_tenant", {})
+    counts = drain()
+    assert counts.get("retried") == 1 and counts.get("failed") is None
+    assert sorted(e["tenant"] for e in traces("per_tenant")) == sorted(str(t.pk) for t in tenants)
+    assert JobRun.objects.get(pk=wrapper.run_id).status == RunStatus.SUCCEEDED
