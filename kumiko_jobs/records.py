@@ -357,6 +357,14 @@ def mark_requeued_by_operator(
     )
 
 
+def unfinished_job_ids(job_ids: Sequence[str]) -> set[str]:
+    """Of these job ids, those whose run record is not finished (queued, running, deferred)."""
+    if not job_ids:
+        return set()
+    rows = JobRun.objects.filter(job_id__in=list(job_ids), status__in=ACTIVE_STATUSES)
+    return set(rows.values_list("job_id", flat=True))
+
+
 def status_of(run_id: str) -> str | None:
     """The run's recorded status (None without a row), from the database the run is written to
     (a lagging read replica would decide a write on an old status)."""

@@ -11,6 +11,7 @@ from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 from django_rq.settings import get_queues_list
 
 from kumiko_jobs import dispatch
@@ -207,3 +208,20 @@ def test_a_tenants_staff_with_the_dashboard_permission_still_stays_out(
     assert tenant_staff.get("/django-rq/").status_code == 403
     assert tenant_staff.get("/django-rq/stats.json").status_code == 403
     assert staff(django_user_model, "ops", dashboard=True).get("/django-rq/").status_code == 200
+
+
+def test_a_canceled_job_whose_record_was_not_written_keeps_its_hash(
+    admin_client: Client, redis_client: Any
+) -> None:
+    """Canceled during a database outage (the row still says queued), then deleted again: the
+    hash is what lets repair drop the row. Deleted, repair pushed the run from its record, and
+    the job the operator canceled ran."""
+    result = dispatch("tests.record", {})
+    redis_client.hset(get_keys().job(result.job_id), "status", "canceled")  # the row stayed queued
+    index = queue_index("worker")
+    response = admin_client.post(f"/django-rq/queues/{index}/{result.job_id}/delete/")
+    assert "does not say it ended yet" in " ".join(str(m) for m in get_messages(response.wsgi_request))
+    assert redis_client.exists(get_keys().job(result.job_id))
+    JobRun.objects.filter(pk=result.run_id).update(status=RunStatus.DROPPED, finished_at=timezone.now())
+    admin_client.post(f"/django-rq/queues/{index}/{result.job_id}/delete/")
+    assert not redis_client.exists(get_keys().job(result.job_id))  # settled: deleted

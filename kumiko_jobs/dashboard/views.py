@@ -35,6 +35,7 @@ from rq.registry import FailedJobRegistry, clean_registries
 from rq.utils import as_text, utcparse
 from rq.worker_registration import clean_worker_registry
 
+from kumiko_jobs import records
 from kumiko_jobs.cancelling import cancel_queued
 from kumiko_jobs.dashboard.queue import LaneQueue, lane_of
 from kumiko_jobs.requeueing import requeue_jobs
@@ -166,10 +167,16 @@ def _delete(request: HttpRequest, queue: Any, job_ids: Sequence[str]) -> None:
     }
     result = cancel_queued([job_id for job_id, status in statuses.items() if status in WAITING])
     refused = dict(result.refused)
-    # Canceled runs whose rows could not be written keep their hash, so repair can drop them.
+    # Canceled runs whose rows could not be written keep their hash, so repair can drop them;
+    # so does a finished job whose record is not finished yet (its write was lost): without the
+    # hash, repair would push the run again from its record, and a canceled run would run.
+    done = [job_id for job_id, status in statuses.items() if status in DONE]
+    unsettled = records.unfinished_job_ids(done)
+    for job_id in unsettled:
+        refused[job_id] = "its run record does not say it ended yet; repair settles it within minutes"
     deletable = [
         *(result.canceled if result.recorded else ()),
-        *(i for i, s in statuses.items() if s in DONE),
+        *(job_id for job_id in done if job_id not in unsettled),
     ]
     for job_id, status in statuses.items():
         if status is None:
