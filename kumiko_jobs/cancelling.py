@@ -58,20 +58,25 @@ def cancel_queued(
     canceled: list[str] = []
     refused: dict[str, str] = {}
     now = datetime.now(UTC)
+    recorded = True
     for start in range(0, len(ids), BATCH):
         batch = ids[start : start + BATCH]
         api_queue, worker_queue = (keys.queue_name(lane) for lane in LANES)
         args = CancelArgs(api_queue, worker_queue, rq_time(now), CANCELED_TTL)
         codes = scripts_for(client).cancel(keys=[keys.active], args=argv(args, *batch))
+        in_batch: list[str] = []
         for job_id, raw in zip(batch, codes, strict=True):
             code = raw.decode()
             if code == "c":
-                canceled.append(job_id)
+                in_batch.append(job_id)
             else:
                 refused[job_id] = _REFUSALS.get(code, f"already {code}")
-    recorded = True
+        if in_batch:
+            # Each batch's rows right after its script: a request cut off midway (emptying a
+            # deep lane) leaves no canceled job with a queued row for repair to find slowly.
+            recorded = guarded_writes.safe(_drop, in_batch, now=now, reason=reason) and recorded
+            canceled += in_batch
     if canceled:
-        recorded = guarded_writes.safe(_drop, canceled, now=now, reason=reason)
         logger.info("kumiko_jobs: canceled %d queued job(s): %s", len(canceled), _sample(canceled))
     return CancelResult(tuple(canceled), refused, recorded)
 
