@@ -120,6 +120,10 @@ def step(
         )
     except redis.RedisError:
         tally.give_back(lane, counts)  # counted with the next call
+        # The caller sends these attempts again, and they are counted then: not twice.
+        for attempt in finished:
+            outcome = attempt.outcome
+            tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, stamp, n=-1)
         raise
     return [
         ClaimedJob(job_id=raw[i].decode(), data=raw[i + 1], meta_raw=raw[i + 2])

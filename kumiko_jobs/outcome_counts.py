@@ -30,13 +30,18 @@ class OutcomeTally:
         self._counts: dict[str, Counter[Entry]] = {}
         self._next_flush: dict[str, float] = {}
 
-    def add(self, lane: str, outcome: str, job_name: str, tenant_id: str | None, now: float) -> None:
+    def add(
+        self, lane: str, outcome: str, job_name: str, tenant_id: str | None, now: float, n: int = 1
+    ) -> None:
+        """Count an ended attempt; ``n=-1`` takes back one whose call failed (lane.step)."""
         if outcome not in COUNTED_OUTCOMES:
             return
         with self._lock:
-            self._counts.setdefault(lane, Counter())[
-                (int(now // 3600), outcome, job_name, tenant_id or "")
-            ] += 1
+            counts = self._counts.setdefault(lane, Counter())
+            entry = (int(now // 3600), outcome, job_name, tenant_id or "")
+            counts[entry] += n
+            if counts[entry] == 0:
+                del counts[entry]
 
     def take(self, lane: str, *, force: bool = False) -> list[str | int]:
         """The lane's counts as script arguments (hour, outcome, count, job, tenant per entry), if

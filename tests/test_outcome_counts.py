@@ -39,3 +39,24 @@ def test_drained_runs_are_counted_at_once(tenants: list[Any], redis_client: redi
     drain()
     hour = lane_stats.hourly(redis_client, get_keys(), "worker")[-1]
     assert hour.get("succeeded") == 4
+
+
+def test_a_step_that_fails_takes_back_its_counts() -> None:
+    """The claimer sends a failed step's attempts again (Redis down for a while): each was
+    counted once more per failed call, ten extra copies for a 30-second outage."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from kumiko_jobs.lane import Finished, step
+    from kumiko_jobs.outcome_counts import tally
+    from kumiko_jobs.outcomes import Outcome
+
+    dead = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    ended = Finished(
+        "some-job", "some-job:x", Outcome("ok", "succeeded", job_name="tests.record", tenant_id="7")
+    )
+    tally.take("worker", force=True)  # whatever other tests left
+    for _ in range(2):
+        with pytest.raises(redis.ConnectionError):
+            step(dead, get_keys(), "worker", [ended], [])
+    assert tally.take("worker", force=True) == []
