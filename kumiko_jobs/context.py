@@ -83,10 +83,21 @@ class JobLogger:
             bool(get_config()["LOG_JOB_LINES"]) if to_process_log is None else to_process_log
         )
 
-    def _add(self, level: str, message: str, args: tuple[Any, ...], exc_info: ExcInfo) -> None:
-        text = message % args if args else str(message)
-        if self._extra:
-            text = f"{text} {self._extra}"
+    def _add(
+        self,
+        level: str,
+        message: str,
+        args: tuple[Any, ...],
+        exc_info: ExcInfo,
+        extra: Mapping[str, Any] | None = None,
+        stack_info: bool = False,
+    ) -> None:
+        text = _format(message, args)
+        fields = {**self._extra, **extra} if extra else self._extra
+        if fields:
+            text = f"{text} {fields}"
+        if stack_info:
+            text = f"{text}\nStack (most recent call last):\n{''.join(traceback.format_stack()[:-2])}"
         tb = _traceback_text(exc_info)
         if tb:
             text = f"{text}\n{tb}"
@@ -124,42 +135,43 @@ class JobLogger:
         else:
             self.lines[-1] = line
 
-    def debug(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+    def debug(self, message: str, *args: Any, exc_info: ExcInfo = None, **kw: Any) -> None:
         # Debug lines never reach the run record; the process log gets them with LOG_JOB_LINES.
+        _options(kw)
         if self._to_process_log and process_logger.isEnabledFor(logging.DEBUG):
-            text = message % args if args else str(message)
+            text = _format(message, args)
             tb = _traceback_text(exc_info)
             process_logger.debug("[%s] %s", self._job_name, scrub(f"{text}\n{tb}" if tb else text))
 
-    def info(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
-        self._add("info", message, args, exc_info)
+    def info(self, message: str, *args: Any, exc_info: ExcInfo = None, **kw: Any) -> None:
+        self._add("info", message, args, exc_info, *_options(kw))
 
-    def warning(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
-        self._add("warning", message, args, exc_info)
+    def warning(self, message: str, *args: Any, exc_info: ExcInfo = None, **kw: Any) -> None:
+        self._add("warning", message, args, exc_info, *_options(kw))
 
     warn = warning
 
-    def error(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
-        self._add("error", message, args, exc_info)
+    def error(self, message: str, *args: Any, exc_info: ExcInfo = None, **kw: Any) -> None:
+        self._add("error", message, args, exc_info, *_options(kw))
 
-    def exception(self, message: str, *args: Any, exc_info: ExcInfo = True) -> None:
+    def exception(self, message: str, *args: Any, exc_info: ExcInfo = True, **kw: Any) -> None:
         """An error line with the traceback of the exception being handled."""
-        self._add("error", message, args, exc_info)
+        self._add("error", message, args, exc_info, *_options(kw))
 
-    def critical(self, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
-        self._add("critical", message, args, exc_info)
+    def critical(self, message: str, *args: Any, exc_info: ExcInfo = None, **kw: Any) -> None:
+        self._add("critical", message, args, exc_info, *_options(kw))
 
     fatal = critical
 
-    def log(self, level: int, message: str, *args: Any, exc_info: ExcInfo = None) -> None:
+    def log(self, level: int, message: str, *args: Any, exc_info: ExcInfo = None, **kw: Any) -> None:
         """A line at a standard logging level (``logging.INFO`` ...)."""
         if not isinstance(level, int) or isinstance(level, bool):
             raise TypeError(f"level must be an int such as logging.INFO, not {level!r}")
         if level < logging.INFO:
-            self.debug(message, *args, exc_info=exc_info)
+            self.debug(message, *args, exc_info=exc_info, **kw)
             return
         name = next((name for floor, name in _LEVEL_NAMES if level >= floor), "info")
-        self._add(name, message, args, exc_info)
+        self._add(name, message, args, exc_info, *_options(kw))
 
     def child(self, **extra: Any) -> JobLogger:
         """A logger whose lines carry ``extra``; lines land on the same run."""
@@ -299,3 +311,28 @@ def cut_line(text: str) -> str:
     if len(text) <= MAX_LOG_LINE_CHARS:
         return text
     return f"{text[:MAX_LOG_LINE_CHARS]}... [{len(text) - MAX_LOG_LINE_CHARS} more characters not kept]"
+
+
+def _format(message: Any, args: tuple[Any, ...]) -> str:
+    """A line's text as ``logging`` makes it (``LogRecord.getMessage``): one mapping argument
+    fills ``%(name)s``. Arguments that do not fit the format are kept beside it, as the standard
+    logger reports them and goes on: a log call must not fail the job."""
+    text = str(message)
+    if not args:
+        return text
+    values: Any = args[0] if len(args) == 1 and isinstance(args[0], Mapping) and args[0] else args
+    try:
+        return str(text % values)
+    except (TypeError, ValueError, KeyError) as exc:
+        return f"{text} {args!r} (the arguments do not fit the format: {type(exc).__name__})"
+
+
+def _options(kw: dict[str, Any]) -> tuple[Mapping[str, Any] | None, bool]:
+    """The standard logger's keyword arguments: ``extra`` (added to the line, as ``child()``'s
+    fields are), ``stack_info``, ``stacklevel`` (no meaning here). Others are a TypeError, as
+    they are for ``logging``."""
+    unknown = set(kw) - {"extra", "stack_info", "stacklevel"}
+    if unknown:
+        raise TypeError(f"ctx.log got unexpected keyword argument(s) {sorted(unknown)}")
+    extra = kw.get("extra")
+    return (extra if isinstance(extra, Mapping) else None), bool(kw.get("stack_info"))

@@ -234,6 +234,23 @@ def test_job_logger_speaks_the_standard_loggers_methods() -> None:
     json.dumps(log.lines)
 
 
+def test_a_log_call_the_standard_logger_takes_never_fails_the_job() -> None:
+    """A mapping argument, extra=, stack_info=, stacklevel=, and arguments that do not fit the
+    format: logging takes each of them; ctx.log raised, and the attempt failed."""
+    log = JobLogger("x", attempt=1)
+    log.info("user %(id)s signed in", {"id": 5})
+    log.info("synced", extra={"shard": 3}, stacklevel=2)
+    log.warning("100% done", "surplus")
+    log.error("where am I", stack_info=True)
+    messages = [line["msg"] for line in log.lines]
+    assert messages[0] == "user 5 signed in"
+    assert messages[1] == "synced {'shard': 3}"
+    assert messages[2].startswith("100% done ('surplus',) (the arguments do not fit the format")
+    assert messages[3].startswith("where am I\nStack (most recent call last):")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        log.info("x", colour="red")
+
+
 def test_job_logger_keeps_a_bounded_record(caplog: pytest.LogCaptureFixture) -> None:
     log = JobLogger("x", attempt=2)
     child = log.child(step="b")  # counts against the same attempt
