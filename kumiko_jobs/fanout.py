@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from kumiko_jobs import attempt_records, guarded_writes, outcomes, records, run_events, tenancy
 from kumiko_jobs.definitions import Backoff, JobDefinition
-from kumiko_jobs.exceptions import QueueUnavailable, UnrecoverableError
+from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.observability import current_trace_carrier
 from kumiko_jobs.outcomes import Outcome
@@ -95,7 +95,9 @@ def _failed_fan_out(
     definition: JobDefinition, job_id: str, meta: JobMeta, exc: Exception, start: attempt_records.Started
 ) -> Outcome:
     if isinstance(exc, ImproperlyConfigured):
-        exc = UnrecoverableError(str(exc))  # no tenant source: another attempt finds none either
+        # No tenant source, or one a pooler breaks: another attempt soon finds the same. The
+        # job's own policy applies.
+        return outcomes.failed_attempt(definition, job_id, meta, exc, [], start=start)
     policy = definition if definition.backoff else dataclasses.replace(definition, backoff=WRAPPER_BACKOFF)
     extra = max(0, WRAPPER_ATTEMPTS - meta.max_attempts)
     return outcomes.failed_attempt(policy, job_id, meta, exc, [], extra_attempts=extra, start=start)
