@@ -29,17 +29,21 @@ logger = logging.getLogger("kumiko_jobs.audit")
 SYSTEM_ACTOR = "kumiko-system"
 
 
-def report_use(ctx: JobContext, kind: str) -> None:
-    """Count one use on the run; logged at once so even a crashed run leaves a trace."""
+def report_use(ctx: JobContext, kind: str, acting_as: str | None = None) -> None:
+    """Count one use on the run; logged at once so even a crashed run leaves a trace.
+    ``acting_as``: the identity ``ctx.as_user()`` switched to (each use's line names it; the
+    window's audit row counts the uses)."""
     ctx.audit_uses[kind] = ctx.audit_uses.get(kind, 0) + 1
     # Every use, deduplicated audit row or not (spec E.2).
     escape_hatch_uses.add(1, {"job": ctx.job_name, "kind": kind})
     logger.warning(
-        "security:escape-hatch-used job=%s tenant=%s kind=%s run=%s",
+        "security:escape-hatch-used job=%s tenant=%s kind=%s run=%s caller=%s%s",
         ctx.job_name,
         ctx.tenant_id,
         kind,
         ctx.run_id,
+        ctx.triggered_by,
+        "" if acting_as is None else f" as={acting_as}",
     )
 
 

@@ -117,7 +117,7 @@ def cross_tenant_reads(ctx: JobContext) -> Iterator[None]:
 
 @contextmanager
 def as_user(ctx: JobContext, user: Any) -> Iterator[None]:
-    report_use(ctx, "as_user")
+    report_use(ctx, "as_user", acting_as=str(getattr(user, "pk", user)))
     token = _acting_user.set(user)
     try:
         yield

@@ -169,7 +169,9 @@ def test_default_activator_sets_the_current_tenant() -> None:
     assert current_tenant_id() is None
 
 
-def test_as_user_switches_identity_with_a_grant_and_audits_it(tenants: list[Any]) -> None:
+def test_as_user_switches_identity_with_a_grant_and_audits_it(
+    tenants: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
     import dataclasses
 
     from kumiko_jobs import EscapeHatch
@@ -190,6 +192,7 @@ def test_as_user_switches_identity_with_a_grant_and_audits_it(tenants: list[Any]
     with ctx.as_user("owner-42"):
         assert acting_user() == "owner-42"
     assert acting_user() is None
+    assert "kind=as_user" in caplog.text and "as=owner-42" in caplog.text  # whom it acted as
     flush_audits(ctx)
     [audit] = EscapeHatchAudit.objects.all()
     assert (audit.kind, audit.reason, audit.count) == ("as_user", "tests: act as owner", 1)
