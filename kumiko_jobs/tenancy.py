@@ -176,10 +176,16 @@ def listed_tenant_id(tenant: Any) -> str | None:
     the id the tenant's own dispatches, caps and history use. None for an item that cannot be a
     tenant id: it is logged and skipped, so one bad item does not fail every batch after it."""
     try:
-        return _tenant_key(tenant.pk if isinstance(tenant, models.Model) else tenant, tenant_model())
+        return tenant_key(tenant)
     except InvalidTenant as exc:
         logger.warning("kumiko_jobs: ACTIVE_TENANTS gave %r, which is skipped: %s", tenant, exc)
         return None
+
+
+def tenant_key(tenant: Any) -> str:
+    """A tenant (instance or id) as run records keep its id, without asking the database
+    whether it exists; InvalidTenant for what cannot be a tenant id."""
+    return _tenant_key(tenant.pk if isinstance(tenant, models.Model) else tenant, tenant_model())
 
 
 def _tenant_key(tenant: Any, model: type[models.Model] | None) -> str:

@@ -219,3 +219,16 @@ def test_the_other_tenants_staff_see_the_mirror_image(staff_client: Any, history
     response = staff_client("staff-globex").get(RUNS)
     assert listed(response) == {history["globex_failed"].pk, history["globex_queued"].pk}
     assert staff_client("staff-globex-2").get(RUNS).status_code == 403  # no tenant: nothing
+
+
+def test_a_user_tenant_hook_may_spell_the_tenant_key_another_way(
+    staff_client: Any, history: dict[str, JobRun], settings: Any
+) -> None:
+    """USER_TENANT returning "007" for tenant 7 showed staff nothing: run records keep the
+    canonical key, as dispatch(tenant=...) makes it."""
+    client = staff_client("staff-acme")
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "USER_TENANT": "tests.conftest.tenant_of_staff_spelled_long",
+    }
+    assert listed(client.get(RUNS)) == {history["acme_failed"].pk, history["acme_queued"].pk}

@@ -16,7 +16,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from kumiko_jobs.conf import import_setting
-from kumiko_jobs.tenancy import tenant_model
+from kumiko_jobs.exceptions import InvalidTenant
+from kumiko_jobs.tenancy import tenant_key, tenant_model
 from kumiko_jobs.tenant_history import TENANT_RUN_FIELDS
 
 _staff_tenants: WeakKeyDictionary[HttpRequest, str | None] = WeakKeyDictionary()
@@ -57,9 +58,17 @@ def staff_tenant_id(request: HttpRequest) -> str | None:
     if request not in _staff_tenants:
         hook = import_setting("USER_TENANT")
         tenant = hook(request.user) if hook else None
-        # Run records keep tenant ids as strings; a hook may return an instance or an int.
-        _staff_tenants[request] = None if tenant is None else str(getattr(tenant, "pk", tenant))
+        # As run records keep the id: a hook may return an instance, an int, or another
+        # spelling of the key (" 1", "01", an upper-case UUID), which matched no run.
+        _staff_tenants[request] = None if tenant is None else _key(tenant)
     return _staff_tenants[request]
+
+
+def _key(tenant: Any) -> str:
+    try:
+        return tenant_key(tenant)
+    except InvalidTenant:
+        return str(getattr(tenant, "pk", tenant))  # matches nothing, as before
 
 
 def tenant_names(tenant_ids: Iterable[str | None]) -> dict[str, str]:
