@@ -23,6 +23,7 @@ from kumiko_jobs import guarded_writes, records, run_events
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import LANES
 from kumiko_jobs.jobdata import rq_time
+from kumiko_jobs.models import JobRun
 from kumiko_jobs.scripts import CancelArgs, argv, scripts_for
 
 logger = logging.getLogger("kumiko_jobs")
@@ -65,10 +66,13 @@ def cancel_queued(
         args = CancelArgs(api_queue, worker_queue, rq_time(now), CANCELED_TTL)
         codes = scripts_for(client).cancel(keys=[keys.active], args=argv(args, *batch))
         in_batch: list[str] = []
+        absent: list[str] = []
         for job_id, raw in zip(batch, codes, strict=True):
             code = raw.decode()
             if code == "c":
                 in_batch.append(job_id)
+            elif code == "n":
+                absent.append(job_id)
             else:
                 refused[job_id] = _REFUSALS.get(code, f"already {code}")
         if in_batch:
@@ -76,6 +80,12 @@ def cancel_queued(
             # deep lane) leaves no canceled job with a queued row for repair to find slowly.
             recorded = guarded_writes.safe(_drop, in_batch, now=now, reason=reason) and recorded
             canceled += in_batch
+        if absent:
+            # Not in Redis (committed while Redis was down, or its hash lost): its waiting row is
+            # what the outbox or repair would push, so dropping the row is the cancel.
+            dropped = _drop_records_only(absent, now=now, reason=reason)
+            canceled += dropped
+            refused.update((job_id, _REFUSALS["n"]) for job_id in absent if job_id not in dropped)
     if canceled:
         logger.info("kumiko_jobs: canceled %d queued job(s): %s", len(canceled), _sample(canceled))
     return CancelResult(tuple(canceled), refused, recorded)
@@ -83,6 +93,19 @@ def cancel_queued(
 
 def _drop(job_ids: list[str], *, now: datetime, reason: str) -> None:
     run_events.dropped(records.mark_dropped(job_ids, now=now, reason=reason))
+
+
+def _drop_records_only(job_ids: list[str], *, now: datetime, reason: str) -> list[str]:
+    """Drop the waiting rows of jobs Redis does not hold; the job ids it dropped."""
+    rows: list[JobRun] = []
+
+    def drop() -> None:
+        rows.extend(records.mark_dropped(job_ids, now=now, reason=reason))
+
+    if not guarded_writes.safe(drop):
+        return []
+    run_events.dropped(rows)
+    return [row.job_id for row in rows]
 
 
 def _sample(ids: Sequence[str]) -> str:

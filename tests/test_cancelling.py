@@ -187,3 +187,26 @@ def test_each_batch_of_a_cancel_is_recorded_before_the_next(
         cancel_queued([first.job_id, second.job_id])
     assert JobRun.objects.get(pk=first.run_id).status == RunStatus.DROPPED
     assert JobRun.objects.get(pk=second.run_id).status == RunStatus.QUEUED
+
+
+def test_a_queued_run_redis_does_not_hold_is_canceled_through_its_record(
+    settings: Any, redis_client: Any
+) -> None:
+    """Committed while Redis was down, it waits for the outbox; canceling it said "no such job",
+    and the outbox then pushed it, so it ran."""
+    from django.db import transaction
+
+    from kumiko_jobs.rebuild import push_waiting
+
+    real = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**real, "REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_TIMEOUT": 0.2}
+    with transaction.atomic():
+        waiting = dispatch("tests.record", {"n": 1})
+    settings.KUMIKO_JOBS = real
+    result = cancel_queued([waiting.job_id, "no-such-job"])
+    assert result.canceled == (waiting.job_id,)
+    assert result.refused == {"no-such-job": "no such job"}
+    assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.DROPPED
+    JobRun.objects.filter(pk=waiting.run_id).update(queued_at=timezone.now() - timedelta(minutes=5))
+    push_waiting(redis_client, get_keys(), "worker")
+    assert drain() == {}
