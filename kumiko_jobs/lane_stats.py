@@ -206,7 +206,11 @@ def ranked_tenants(
     union = cast("list[tuple[bytes, float]]", client.zunion(names, withscores=True))
     pairs = sorted(((as_text(member), int(score)) for member, score in union), key=lambda p: (-p[1], p[0]))
     ranked = [(None if tenant == NO_TENANT else tenant, count) for tenant, count in pairs[:RANK_KEEP]]
-    _rank_cache[cache_key] = (time.monotonic() + RANK_CACHE_SECONDS, ranked)
+    moment = time.monotonic()
+    # Keyed by the hour: a long-lived web process would keep every past hour's entry.
+    for old in [key for key, (until, _) in _rank_cache.items() if until <= moment]:
+        del _rank_cache[old]
+    _rank_cache[cache_key] = (moment + RANK_CACHE_SECONDS, ranked)
     return ranked[:limit]
 
 

@@ -260,3 +260,16 @@ def test_cancel_action_drops_waiting_runs_and_releases_their_limits_once(
     assert dispatch("tests.limited", {}, tenant=acme).status == "skipped"
     assert drain() == {"succeeded": 3}  # second, third and the new one: canceled runs never run
     assert JobRun.objects.get(pk=second.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_the_ranking_cache_keeps_only_live_entries(redis_client: redis.Redis) -> None:
+    """Keyed by the hour: each hour the console is looked at left an entry in a long-lived web
+    process."""
+    from kumiko_jobs import lane_stats
+    from kumiko_jobs.connection import get_keys
+
+    lane_stats._rank_cache.clear()
+    for hour in range(5):  # five past hours, each expired
+        lane_stats._rank_cache[("p", False, hour, 24)] = (time.monotonic() - 1, [])
+    lane_stats.ranked_tenants(redis_client, get_keys())
+    assert len(lane_stats._rank_cache) == 1
