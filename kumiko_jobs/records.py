@@ -337,6 +337,16 @@ def finish_times(job_ids: Iterable[str]) -> dict[str, datetime | None]:
     return dict(JobRun.objects.filter(job_id__in=list(job_ids)).values_list("job_id", "finished_at"))
 
 
+def retried_job_ids(job_ids: Iterable[str]) -> dict[str, str]:
+    """Of these job ids, those whose run was retried by hand (retrying.py): job id -> the
+    retry's run id. Two queries, the second on the partial index of ``retry_of``."""
+    originals = dict(JobRun.objects.filter(job_id__in=list(job_ids)).values_list("pk", "job_id"))
+    if not originals:
+        return {}
+    retries = JobRun.objects.filter(retry_of__in=list(originals)).values_list("retry_of", "pk")
+    return {str(originals[original]): str(pk) for original, pk in retries if original is not None}
+
+
 def mark_requeued_by_operator(
     job_ids: Iterable[str], *, now: datetime, finished_before: Mapping[str, datetime | None]
 ) -> None:

@@ -58,6 +58,18 @@ def requeue_jobs(job_ids: Iterable[str], *, client: redis.Redis | None = None) -
         except DatabaseError:
             finished_before = {}  # the rows keep their status until the runs end again
             logger.warning("kumiko_jobs: requeue could not read the runs' records", exc_info=True)
+        # A run retried by hand already runs again as its retry: requeuing the original too
+        # would run the job twice.
+        try:
+            retried = records.retried_job_ids(batch)
+        except DatabaseError:
+            retried = {}
+            logger.warning("kumiko_jobs: requeue could not read the runs' retries", exc_info=True)
+        for job_id, retry in retried.items():
+            refused[job_id] = f"it was retried already, by run {retry}"
+        batch = [job_id for job_id in batch if job_id not in retried]
+        if not batch:
+            continue
         limits = _limits_of(client, batch)
         args: list[str] = []
         for job_id, job_limits in zip(batch, limits, strict=True):

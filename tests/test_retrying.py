@@ -63,3 +63,18 @@ def test_retried_wrapper_enqueues_only_the_tenants_the_original_missed(
     drain()
     assert sorted(e["tenant"] for e in traces("per_tenant")) == sorted(str(t.pk) for t in tenants)
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == len(tenants)
+
+
+def test_an_original_that_was_retried_is_not_requeued(tenants: list[Any], traces: Any) -> None:
+    """django-rq's "Requeue" (or "Requeue all") of an original that already runs again as its
+    retry ran the job twice."""
+    from kumiko_jobs.requeueing import requeue_jobs
+
+    failed = JobRun.objects.get(pk=dispatch("tests.unrecoverable", {"x": 1}, tenant=tenants[0]).run_id)
+    drain()
+    failed.refresh_from_db()
+    retry = retry_failed(failed)
+    result = requeue_jobs([failed.job_id])
+    assert result.requeued == ()
+    assert result.refused == {failed.job_id: f"it was retried already, by run {retry.run_id}"}
+    assert drain() == {"failed": 1}  # only the retry ran
