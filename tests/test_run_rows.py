@@ -248,3 +248,30 @@ def test_a_fan_out_stages_its_rows_only_when_it_writes_them_after_the_push(
     start = Started(wrapper.job_id, {}, "w", datetime.now(UTC))
     assert _stages(lambda: run_fan_out(meta, start, target)) == staged
     assert JobRun.objects.filter(job_name=target).count() == 150
+
+
+def test_a_replace_fan_out_drops_the_waiting_children_of_the_last_one(
+    settings: Any, redis_client: Any, tenants: list[Any]
+) -> None:
+    """per_tenant + concurrency="replace": each fan-out's child replaces its tenant's waiting
+    one, and that one's row must say dropped at once (it said queued until repair, with the
+    wrong note and no job_dropped)."""
+    from kumiko_jobs.registry import build_definition
+    from tests.testapp.jobs import replacing
+
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "project.demo.tenants.active_tenant_ids",
+    }
+    with registry.isolated():
+        registry.register(
+            build_definition(replacing, "tests.pt_replace", {"per_tenant": True, "concurrency": "replace"})
+        )
+        for n in (1, 2):
+            wrapper = dispatch("tests.pt_replace", {"n": n})
+            meta = JobMeta.from_json(redis_client.hget(get_keys().job(wrapper.job_id), "meta"))
+            run_fan_out(meta, Started(wrapper.job_id, {"n": n}, "w", datetime.now(UTC)), "tests.pt_replace")
+        children = JobRun.objects.filter(job_name="tests.pt_replace")
+        by_payload = {(row.payload["n"], row.status) for row in children}
+        assert by_payload == {(1, RunStatus.DROPPED), (2, RunStatus.QUEUED)}
+        assert children.filter(status=RunStatus.DROPPED).count() == len(tenants)
