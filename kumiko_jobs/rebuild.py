@@ -61,8 +61,10 @@ ROW_FIELDS = (
 
 
 def owned_by(keys: Keys) -> Q:
-    """Runs of this QUEUE_PREFIX: every job id it makes starts with its id tag (keys.py)."""
-    return Q(job_id__startswith=f"{keys.id_tag}-")
+    """Runs of this QUEUE_PREFIX that Redis holds: every job id it makes starts with its id tag
+    (keys.py). A boot gate's run is not one: it runs inline, never in Redis, so repair, the
+    outbox and a rebuild must not push it (it ran as a queued job beside the gate)."""
+    return Q(job_id__startswith=f"{keys.id_tag}-") & ~Q(job_id__startswith=f"{keys.id_tag}-gate-")
 
 
 def repush(client: redis.Redis, rows: Sequence[JobRun], *, admit: bool, announce: bool = False) -> int:

@@ -12,21 +12,24 @@ it. ``ctx.defer()`` raises DeferralError: there is no queued run to defer.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kumiko_jobs import attempt_records
+from kumiko_jobs import attempt_records, guarded_writes
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.context import JobContext
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.exceptions import BootGateFailed
+from kumiko_jobs.exceptions import BootGateFailed, text_of
 from kumiko_jobs.execution import RecordStartAtOnce, execute
 from kumiko_jobs.jobdata import JobMeta
+from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_ids import new_run_id
 
@@ -83,17 +86,43 @@ def run_gate(definition: JobDefinition, *, worker: str) -> None:
                 meta = JobMeta.from_json(outcome.meta) if outcome.meta else meta
                 continue
             error = failure[0] if failure else None
-            reason = f"{error.__class__.__name__}: {error}" if error else "see its run record"
+            reason = f"{error.__class__.__name__}: {text_of(error)}" if error else "see its run record"
             raise BootGateFailed(definition.name, reason)
+    except (KeyboardInterrupt, SystemExit):
+        # Stopped while its gate ran (SIGTERM, Ctrl-C): the record says so, instead of running.
+        guarded_writes.safe(_mark_stopped, run_id)
+        raise
     finally:
         if watchdog is not None:
             watchdog.cancel()
 
 
+def _mark_stopped(run_id: uuid.UUID) -> None:
+    now = datetime.now(UTC)
+    JobRun.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES).update(
+        status=RunStatus.FAILED,
+        finished_at=now,
+        updated_at=now,
+        error="The worker stopped during its boot gate.",
+    )
+
+
 def _remembering(
     func: Callable[[dict[str, Any], JobContext], Any], failure: list[BaseException]
 ) -> Callable[[dict[str, Any], JobContext], Any]:
-    """The handler, keeping what it raised so the exit message can say why the gate failed."""
+    """The handler, keeping what it raised so the exit message can say why the gate failed. An
+    ``async def`` one stays a coroutine function: a plain wrapper made the worker call it on the
+    sync path, which only created the coroutine, so the gate never ran and always passed."""
+    if inspect.iscoroutinefunction(func):
+
+        async def async_gate(payload: dict[str, Any], ctx: JobContext) -> Any:
+            try:
+                return await func(payload, ctx)
+            except BaseException as exc:
+                failure.append(exc)
+                raise
+
+        return async_gate
 
     def gate(payload: dict[str, Any], ctx: JobContext) -> Any:
         try:

@@ -31,6 +31,15 @@ def deferring(payload: dict[str, Any], ctx: JobContext) -> Any:
     return ctx.defer(50)
 
 
+async def async_failing(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("async_gate", job=ctx.job_name)
+    raise RuntimeError("the schema is behind")
+
+
+def interrupted(payload: dict[str, Any], ctx: JobContext) -> None:
+    raise KeyboardInterrupt
+
+
 @pytest.fixture
 def jobs() -> Any:
     with registry.isolated():
@@ -117,3 +126,33 @@ def sleeping(payload: dict[str, Any], ctx: JobContext) -> None:
     import time
 
     time.sleep(0.4)
+
+
+def test_an_async_gate_runs_and_its_failure_stops_the_worker(jobs: Any, traces: Any) -> None:
+    """The gate's wrapper was a plain function: the worker called it on the sync path, which
+    only created the coroutine, and the gate passed without running."""
+    jobs("t.async_gate", async_failing, boot_gate=True)
+    with pytest.raises(BootGateFailed, match="the schema is behind"):
+        run_boot_gates("worker", worker="w1")
+    assert len(traces("async_gate")) == 1
+
+
+def test_a_gate_run_is_never_pushed_by_repair_or_the_outbox(jobs: Any) -> None:
+    """It runs inline and Redis never holds it: repair took a slow gate's row for a lost run and
+    pushed it, so the gate ran a second time as a queued job."""
+    from kumiko_jobs.connection import get_keys
+    from kumiko_jobs.rebuild import owned_by
+
+    jobs("t.gate_a", boot_gate=True)
+    run_boot_gates("worker", worker="w1")
+    gate = JobRun.objects.get(job_name="t.gate_a")
+    assert gate.job_id.startswith(f"{get_keys().id_tag}-gate-")
+    assert not JobRun.objects.filter(owned_by(get_keys()), pk=gate.pk).exists()
+
+
+def test_a_gate_stopped_midway_is_recorded_failed(jobs: Any) -> None:
+    jobs("t.gate_stopped", interrupted, boot_gate=True)
+    with pytest.raises(KeyboardInterrupt):
+        run_boot_gates("worker", worker="w1")
+    run = JobRun.objects.get(job_name="t.gate_stopped")
+    assert (run.status, run.error) == (RunStatus.FAILED, "The worker stopped during its boot gate.")
