@@ -81,15 +81,23 @@ def forget_prefix(client: redis.Redis, prefix: str) -> None:
     ``rq:workers``. Without the second step each test would leave its queues behind, and
     django-rq's dashboard on a shared Redis would list them all."""
     names = Keys(prefix)
-    # Job hashes are named by the id tag, which differs from a prefix with characters RQ's ids
-    # do not allow ("test-1" tags its jobs "test_1_<hash>-...").
-    for part in {prefix, names.id_tag}:
-        keys = list(client.scan_iter(match=f"*{_glob_escape(part)}*", count=1000))
+    own, tag = _glob_escape(prefix), _glob_escape(names.id_tag)
+    # The key shapes this prefix makes, not every key that contains it: "shop" must not take
+    # "myshop:..." or "rq:queue:shop2:worker" with it. Its own keys; RQ's queues and registries
+    # of its lanes ("rq:wip:<prefix>:<lane>"); job hashes, results and workers named by the id
+    # tag, which differs from a prefix with characters RQ's ids do not allow ("test-1" tags its
+    # jobs "test_1_<hash>-...").
+    for pattern in (f"{own}:*", f"rq:*:{own}:*", f"rq:*:{tag}-*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)
     unregister_queues(client, [names.queue(lane) for lane in LANES])
-    pattern = Keys.worker(f"*{_glob_escape(prefix)}*")
-    workers = list(client.sscan_iter(RQ_WORKERS, match=pattern, count=1000))
+    # Workers are named "<id tag>-<lane>-...", or after the prefix by hand.
+    workers = [
+        worker
+        for name in {tag, own}
+        for worker in client.sscan_iter(RQ_WORKERS, match=Keys.worker(f"{name}-*"), count=1000)
+    ]
     if workers:
         client.srem(RQ_WORKERS, *workers)
 

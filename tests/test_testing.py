@@ -53,3 +53,18 @@ def test_a_prefix_with_glob_characters_forgets_only_its_own_keys(redis_client: r
         assert redis_client.exists(other)
     finally:
         redis_client.delete(other)
+
+
+def test_forget_prefix_leaves_prefixes_that_only_contain_it(redis_client: redis.Redis) -> None:
+    """A substring match took "myshop:..." and "rq:queue:shop2:worker" with "shop"."""
+    base = f"p{uuid.uuid4().hex[:8]}"
+    neighbours = [f"my{base}:epoch", f"rq:queue:{base}2:worker", f"rq:job:{base}2-0123"]
+    own = [f"{base}:epoch", f"rq:queue:{base}:worker", f"rq:job:{Keys(base).id_tag}-0123"]
+    for key in (*neighbours, *own):
+        redis_client.set(key, 1)
+    try:
+        forget_prefix(redis_client, base)
+        assert [bool(redis_client.exists(key)) for key in neighbours] == [True, True, True]
+        assert not any(redis_client.exists(key) for key in own)
+    finally:
+        redis_client.delete(*neighbours, *own)
