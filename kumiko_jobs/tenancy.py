@@ -95,8 +95,10 @@ def _django_scopes_scope() -> Callable[..., AbstractContextManager[Any]] | None:
 
 @cache
 def get_activator() -> Activator:
-    activator: Activator = import_setting("TENANT_ACTIVATOR")
-    return activator
+    """``TENANT_ACTIVATOR``; unset (None or ""), the current-tenant variable alone: every attempt
+    called None and failed with a TypeError, which ``manage.py check`` did not foresee."""
+    activator: Activator | None = import_setting("TENANT_ACTIVATOR")
+    return activator if activator is not None else tenant_context
 
 
 def active_tenant_ids() -> Iterator[Any]:

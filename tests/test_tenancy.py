@@ -289,3 +289,12 @@ def test_a_fan_out_that_fails_midway_is_retried_even_when_its_job_has_no_retries
     assert counts.get("retried") == 1 and counts.get("failed") is None
     assert sorted(e["tenant"] for e in traces("per_tenant")) == sorted(str(t.pk) for t in tenants)
     assert JobRun.objects.get(pk=wrapper.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_no_tenant_activator_runs_jobs_with_the_current_tenant_only(
+    settings: Any, tenants: list[Any]
+) -> None:
+    """TENANT_ACTIVATOR = None passed the checks, and every attempt then called None."""
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "TENANT_ACTIVATOR": None}
+    dispatch("tests.record", {"n": 1}, tenant=tenants[0])
+    assert drain() == {"succeeded": 1}

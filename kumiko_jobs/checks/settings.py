@@ -71,8 +71,8 @@ def _queue_prefix(config: dict[str, Any]) -> Iterator[Problem]:
 def _hooks(config: dict[str, Any]) -> Iterator[Problem]:
     for key in HOOKS:
         value = config.get(key)
-        if value is None:
-            continue
+        if value is None or value == "":
+            continue  # unset, as conf.import_setting reads it
         _target, problem = _callable_named(value)
         if problem:
             yield (
@@ -87,8 +87,8 @@ def _callable_named(value: Any) -> tuple[Any, str]:
     of conf.import_setting, which raises instead."""
     try:
         target = import_string(value) if isinstance(value, str) else value
-    except ImportError as exc:
-        return None, str(exc)
+    except Exception as exc:  # a module that raises on import: reported, not a crashed check
+        return None, f"{type(exc).__name__}: {exc}"
     return (target, "") if callable(target) else (None, "it is not callable")
 
 
@@ -196,8 +196,8 @@ def _job_module(config: dict[str, Any]) -> Iterator[Problem]:
 
 def _scrubber(config: dict[str, Any]) -> Iterator[Problem]:
     value = config["SCRUBBER"]
-    if value is None:
-        return
+    if value is None or value == "":
+        return  # no scrubber, as conf.import_setting reads it
     scrubber, problem = _callable_named(value)
     if problem:
         yield (

@@ -90,3 +90,16 @@ def test_kumiko_jobs_in_django_tenants_tenant_apps_is_an_error(settings: Any) ->
     assert "TENANT_APPS" in message.msg and "SHARED_APPS only" in (message.hint or "")
     settings.TENANT_APPS = ["notes"]
     assert check_settings() == []
+
+
+def test_a_hook_module_that_raises_on_import_is_reported(settings: Any) -> None:
+    """Only ImportError was caught: any other error crashed the check, and with it every
+    management command (checks run before runjobs and jobs)."""
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "USER_TENANT": "tests.testapp.broken_hook.tenant_of"}
+    [message] = check_settings()
+    assert message.id == "kumiko_jobs.E019" and "the tenant directory is not reachable" in message.msg
+
+
+def test_an_empty_hook_is_unset_as_the_runtime_reads_it(settings: Any) -> None:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "TENANT_TIMEZONE": "", "SCRUBBER": ""}
+    assert check_settings() == []
