@@ -32,6 +32,8 @@ from kumiko_jobs.exceptions import JobTimeout
 logger = logging.getLogger("kumiko_jobs")
 # An outer timer due within this margin after the job's deadline is handled as due now.
 _MARGIN = 0.001
+# Seconds between the JobTimeouts of a main-thread handler that swallowed the first one.
+REPEAT = 1.0
 
 
 @contextmanager
@@ -52,6 +54,7 @@ def enforce_timeout(seconds: float | None, job_name: str, *, shown: float | None
     outer_deadline = start + outer_delay if outer_delay > 0 else None
 
     outer_fired = False
+    reported = False
 
     def expire(signum: int, frame: FrameType | None) -> None:
         nonlocal outer_fired
@@ -63,6 +66,14 @@ def enforce_timeout(seconds: float | None, job_name: str, *, shown: float | None
             if callable(previous_handler):
                 previous_handler(signum, frame)
             return
+        # Again every REPEAT seconds until the block ends: a handler that catches Exception (a
+        # loop that logs and goes on) swallowed the one JobTimeout and ran without a limit, its
+        # lane's only consumer blocked. Past STUCK_AFTER it is reported stuck, as a job thread's.
+        nonlocal reported
+        signal.setitimer(signal.ITIMER_REAL, REPEAT)
+        if not reported and now >= job_deadline + float(get_config()["STUCK_AFTER"]):
+            reported = True
+            report_stuck(job_name)
         raise JobTimeout(f"Job {job_name!r} exceeded its timeout of {shown or seconds:g}s and was stopped.")
 
     signal.signal(signal.SIGALRM, expire)

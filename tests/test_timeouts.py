@@ -109,3 +109,19 @@ def test_watchdog_is_not_woken_by_jobs_due_after_its_next_deadline() -> None:
                 time.sleep(0)
         time.sleep(0.05)
     assert looked_at == ["first"]
+
+
+def test_a_handler_that_swallows_its_timeout_gets_it_again() -> None:
+    """A loop that catches Exception, logs and goes on swallowed the one JobTimeout of a
+    main-thread worker, and ran on without a limit."""
+    caught = 0
+    with pytest.raises(JobTimeout), enforce_timeout(0.2, "tests.swallower"):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.05)
+            except JobTimeout:
+                caught += 1
+                if caught == 2:
+                    raise
+    assert caught == 2
