@@ -52,6 +52,10 @@ def tidy_after_job() -> None:
             continue
         reason = _replace_reason(connection, now, max_age)
         if reason is None:
+            # CONN_HEALTH_CHECKS applies between jobs too: Django checks a connection before the
+            # first query after this flag is cleared (a worker's connection may sit idle for
+            # hours while a pooler or a failover cuts it).
+            connection.health_check_done = False  # type: ignore[attr-defined]  # not in the stubs
             continue
         logger.debug("kumiko_jobs: replacing database connection %s: %s", connection.alias, reason)
         discard(connection)

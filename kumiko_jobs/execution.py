@@ -8,6 +8,7 @@ runner (task_execution.py) enforces its task's timeout itself, its function may 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 from datetime import UTC, datetime
@@ -129,7 +130,10 @@ def execute(
     )
     try:
         with correlation_scope(ctx.correlation_id), get_activator()(meta.tenant_id):
-            result = call_handler(definition, payload, ctx)
+            # In a copy of the context, as an async handler's coroutine is: what a handler sets
+            # in context variables (translation.activate, a logging library's bound fields)
+            # must not carry over to the next job on this thread, another tenant's.
+            result = contextvars.copy_context().run(call_handler, definition, payload, ctx)
         error: BaseException | None = None
     except Exception as exc:
         error = exc
@@ -168,7 +172,17 @@ def call_handler(definition: JobDefinition, payload: dict[str, Any], ctx: JobCon
             definition.func, (payload, ctx), timeout=definition.timeout, job_name=definition.name
         )
     with enforce_timeout(definition.timeout, definition.name):
-        return definition.func(payload, ctx)
+        result = definition.func(payload, ctx)
+    if inspect.isawaitable(result):
+        # A callable that is not a coroutine function but returns one (a class with an async
+        # __call__, a sync decorator around an async def): awaited, not recorded as a success
+        # of code that never ran.
+        return run_coroutine(_awaited, (result,), timeout=definition.timeout, job_name=definition.name)
+    return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def perform_rq_job(job_name: str, payload: dict[str, Any]) -> None:

@@ -322,3 +322,34 @@ def _context(name: str) -> JobContext:
         definition=definition,
         log=JobLogger(name, 1),
     )
+
+
+def test_a_handlers_context_variables_do_not_reach_the_next_job(tenants: list[Any]) -> None:
+    """Run on one thread, one job after another: tenant B's job saw what tenant A's set
+    (translation.activate, a logging library's bound fields)."""
+    from tests.testapp.jobs import LEAKY
+
+    dispatch("tests.sets_a_context_variable", {}, tenant=tenants[0])
+    assert drain() == {"succeeded": 1}
+    assert LEAKY.get() is None  # drain ran it on this thread, in this context
+
+
+def test_a_sync_callable_that_returns_a_coroutine_is_awaited(traces: Any) -> None:
+    """A class with an async __call__ is not a coroutine function: its coroutine was dropped and
+    the run recorded succeeded without its code having run."""
+    dispatch("tests.async_callable", {})
+    assert drain() == {"succeeded": 1}
+    assert len(traces("async_callable")) == 1
+
+
+def test_a_kept_connection_is_health_checked_before_the_next_job() -> None:
+    """CONN_HEALTH_CHECKS had no effect between a worker's jobs: Django checks only a connection
+    whose flag was cleared, and nothing cleared it."""
+    from django.db import connection
+
+    from kumiko_jobs.db_connections import tidy_after_job
+
+    connection.ensure_connection()
+    connection.health_check_done = True  # type: ignore[attr-defined]
+    tidy_after_job()
+    assert connection.health_check_done is False  # type: ignore[attr-defined]

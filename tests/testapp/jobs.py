@@ -3,6 +3,7 @@ so assertions read real execution traces (also from runjobs subprocesses)."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import time
@@ -598,3 +599,21 @@ async def async_note(payload: dict[str, Any], ctx: JobContext) -> None:
     note = await Note.objects.acreate(tenant_id=ctx.tenant_id, text=str(payload.get("text", "async")))
     seen = sorted({n.tenant_id async for n in Note.objects.all()})
     trace("async_note", note=note.pk, seen=seen, **_ctx_fields(ctx))
+
+
+# --- context variables and awaitables of sync callables (tests/test_execution.py) ------------
+
+LEAKY: contextvars.ContextVar[str | None] = contextvars.ContextVar("kumiko_tests_leaky", default=None)
+
+
+@job(name="tests.sets_a_context_variable")
+def sets_a_context_variable(payload: dict[str, Any], ctx: JobContext) -> None:
+    LEAKY.set(str(ctx.tenant_id))  # as translation.activate() or structlog's bind_contextvars do
+
+
+class _AsyncCallable:
+    async def __call__(self, payload: dict[str, Any], ctx: JobContext) -> None:
+        trace("async_callable", **_ctx_fields(ctx))
+
+
+job(name="tests.async_callable")(_AsyncCallable())
