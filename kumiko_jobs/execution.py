@@ -29,7 +29,7 @@ from kumiko_jobs.observability import correlation_scope, processing, record_outc
 from kumiko_jobs.outcomes import Outcome, Settle
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_marker import mark_running
-from kumiko_jobs.tenancy import get_activator
+from kumiko_jobs.tenancy import get_activator, tenant_context
 from kumiko_jobs.timeouts import enforce_timeout
 
 
@@ -129,7 +129,13 @@ def execute(
         worker=start.worker,
     )
     try:
-        with correlation_scope(ctx.correlation_id), get_activator()(meta.tenant_id):
+        # The current-tenant variable is set here too: an activator of the project's may not set
+        # it, and Django tasks enqueued in the job and an async handler's database thread read it.
+        with (
+            correlation_scope(ctx.correlation_id),
+            tenant_context(meta.tenant_id),
+            get_activator()(meta.tenant_id),
+        ):
             # In a copy of the context, as an async handler's coroutine is: what a handler sets
             # in context variables (translation.activate, a logging library's bound fields)
             # must not carry over to the next job on this thread, another tenant's.
@@ -142,6 +148,13 @@ def execute(
             raise
         # Django's tasks framework records a task's SystemExit as a failure of the task. (A
         # second SIGTERM lands here too: the attempt fails, and the worker stops after it.)
+        error = exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        # asyncio.CancelledError out of async_to_sync, GeneratorExit, a library's own
+        # BaseException: the attempt fails with it. Escaping, it killed the job thread, and the
+        # run was retried as abandoned until its extra attempts ran out.
         error = exc
     finally:
         if observer.finishing():

@@ -339,3 +339,19 @@ def test_a_task_whose_runs_a_skip_limit_would_drop_is_refused() -> None:
 
 def skip_limited() -> None:
     """A task function that only the test above declares (with a skip limit)."""
+
+
+def test_a_task_enqueued_in_a_run_takes_its_tenant_whatever_the_activator(
+    settings: Any, tenants: list[Any]
+) -> None:
+    """A project's activator need not set kumiko's current-tenant variable: a task enqueued in
+    the run became a system run, and an async handler's database thread was activated for none."""
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "TENANT_ACTIVATOR": "tests.testapp.activators.schema_only",
+    }
+    with tenant_context(str(tenants[1].pk)):
+        parent = tasks.enqueue_child.enqueue("child")
+    assert drain() == {"succeeded": 2}
+    parent.refresh()
+    assert JobRun.objects.get(pk=parent.return_value).tenant_id == str(tenants[1].pk)

@@ -353,3 +353,24 @@ def test_a_kept_connection_is_health_checked_before_the_next_job() -> None:
     connection.health_check_done = True  # type: ignore[attr-defined]
     tidy_after_job()
     assert connection.health_check_done is False  # type: ignore[attr-defined]
+
+
+def test_a_base_exception_of_a_handler_fails_its_attempt() -> None:
+    """asyncio.CancelledError from async_to_sync, GeneratorExit, a library's own BaseException:
+    escaping, it killed the job thread, and the run came back as abandoned."""
+    import asyncio
+
+    from kumiko_jobs.execution import RecordStartAtOnce, execute
+    from kumiko_jobs.jobdata import JobMeta
+
+    def cancelled(payload: dict[str, Any], ctx: Any) -> None:
+        raise asyncio.CancelledError
+
+    definition = dataclasses.replace(registry.get("tests.record"), func=cancelled)
+    meta = JobMeta(run_id="01a24699-0000-7000-8000-000000000001", job_name="tests.record", lane="worker")
+    start = Started(job_id="j-1", payload={}, worker="w", at=datetime.now(UTC))
+    outcome = execute(
+        definition, "j-1", meta, {}, consumer_lane="worker", start=start, observer=RecordStartAtOnce()
+    )
+    assert outcome.counted_as == "failed"
+    assert "CancelledError" in JobRun.objects.get(pk=meta.run_id).error

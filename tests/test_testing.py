@@ -68,3 +68,13 @@ def test_forget_prefix_leaves_prefixes_that_only_contain_it(redis_client: redis.
         assert not any(redis_client.exists(key) for key in own)
     finally:
         redis_client.delete(*neighbours, *own)
+
+
+@pytest.mark.django_db
+def test_drain_refuses_to_run_inside_a_transaction() -> None:
+    """A worker's clean-up after a job closes a connection left in a transaction: run inside a
+    test's transaction, it rolled the test's own data back."""
+    with pytest.raises(RuntimeError, match="transactional test"):
+        from kumiko_jobs.testing import drain
+
+        drain()
