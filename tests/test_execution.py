@@ -335,8 +335,9 @@ def test_a_handlers_context_variables_do_not_reach_the_next_job(tenants: list[An
 
 
 def test_a_sync_callable_that_returns_a_coroutine_is_awaited(traces: Any) -> None:
-    """A class with an async __call__ is not a coroutine function: its coroutine was dropped and
-    the run recorded succeeded without its code having run."""
+    """A sync decorator around an async def (or a class with an async __call__) is not a
+    coroutine function: its coroutine was dropped, and the run recorded succeeded without its
+    code having run."""
     dispatch("tests.async_callable", {})
     assert drain() == {"succeeded": 1}
     assert len(traces("async_callable")) == 1

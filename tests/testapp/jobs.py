@@ -4,6 +4,7 @@ so assertions read real execution traces (also from runjobs subprocesses)."""
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import time
@@ -611,9 +612,18 @@ def sets_a_context_variable(payload: dict[str, Any], ctx: JobContext) -> None:
     LEAKY.set(str(ctx.tenant_id))  # as translation.activate() or structlog's bind_contextvars do
 
 
-class _AsyncCallable:
-    async def __call__(self, payload: dict[str, Any], ctx: JobContext) -> None:
-        trace("async_callable", **_ctx_fields(ctx))
+def _returns_its_coroutine(func: Any) -> Any:
+    """A sync decorator around an async def (as some libraries' are): the result is not a
+    coroutine function, but calling it returns a coroutine."""
+
+    @functools.wraps(func)
+    def wrapper(payload: dict[str, Any], ctx: JobContext) -> Any:
+        return func(payload, ctx)
+
+    return wrapper
 
 
-job(name="tests.async_callable")(_AsyncCallable())
+@job(name="tests.async_callable")
+@_returns_its_coroutine
+async def async_callable(payload: dict[str, Any], ctx: JobContext) -> None:
+    trace("async_callable", **_ctx_fields(ctx))
