@@ -43,12 +43,33 @@ def opened_connections() -> int:
     return _opened
 
 
-def tidy_after_job() -> None:
-    """Keep this thread's connections for the next job unless one must be replaced."""
+def open_transactions() -> dict[str, int]:
+    """This thread's connections inside a transaction before a job, and how deep (the caller's:
+    drain() in a test's transaction); ``tidy_after_job`` leaves those alone."""
+    return {
+        connection.alias: len(connection.atomic_blocks)
+        for connection in connections.all(initialized_only=True)
+        if connection.in_atomic_block
+    }
+
+
+def tidy_after_job(callers: dict[str, int] | None = None) -> None:
+    """Keep this thread's connections for the next job unless one must be replaced.
+    ``callers``: ``open_transactions()`` from before the job. A transaction the caller had open
+    is not the job's to close: closing it rolled back the caller's own work (a test's data)."""
     max_age = float(get_config()["WORKER_DB_MAX_AGE"])
     now = time.monotonic()
     for connection in connections.all(initialized_only=True):
         if connection.connection is None:
+            continue
+        depth = (callers or {}).get(connection.alias, 0)
+        if depth:
+            if len(connection.atomic_blocks) > depth:
+                logger.warning(
+                    "kumiko_jobs: a job left atomic() open inside its caller's transaction on %s; "
+                    "it ends with the caller's",
+                    connection.alias,
+                )
             continue
         reason = _replace_reason(connection, now, max_age)
         if reason is None:

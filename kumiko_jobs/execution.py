@@ -19,7 +19,7 @@ from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
 from kumiko_jobs.context import Deferral, JobContext, JobLogger
-from kumiko_jobs.db_connections import tidy_after_job
+from kumiko_jobs.db_connections import open_transactions, tidy_after_job
 from kumiko_jobs.definitions import JobDefinition, wrapped_job
 from kumiko_jobs.exceptions import MalformedJob
 from kumiko_jobs.fanout import run_fan_out
@@ -128,6 +128,7 @@ def execute(
         scheduled_at=None if meta.scheduled_at is None else datetime.fromtimestamp(meta.scheduled_at, UTC),
         worker=start.worker,
     )
+    callers = open_transactions()
     try:
         # The current-tenant variable is set here too: an activator of the project's may not set
         # it, and Django tasks enqueued in the job and an async handler's database thread read it.
@@ -162,7 +163,7 @@ def execute(
         # The next job must not inherit a broken connection or a transaction this one left open;
         # nor may the audit: written inside a transaction the handler left open, it was rolled
         # back with it.
-        tidy_after_job()
+        tidy_after_job(callers)
         if ctx.audit_uses:
             flush_audits(ctx)
     if error is not None:
