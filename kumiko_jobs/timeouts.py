@@ -106,7 +106,11 @@ class Watchdog(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(name="kumiko-watchdog", daemon=True)
-        self._lock = threading.Condition()
+        # Job threads take the C lock itself: a late asynchronous JobTimeout could land inside
+        # Condition.__enter__ (Python code) after it acquired the lock and before the with block
+        # began, and the lock stayed held, stalling every job thread and the watchdog.
+        self._mutex = threading.RLock()
+        self._lock = threading.Condition(self._mutex)
         self._watches: dict[int, _Watch] = {}
         # When the watchdog's current wait ends (monotonic; inf: until notified).
         self._wakes_at = float("inf")
@@ -117,8 +121,9 @@ class Watchdog(threading.Thread):
     def watch(self, seconds: float, job_name: str, *, shown: float | None = None) -> Iterator[None]:
         ident = threading.get_ident()
         deadline = time.monotonic() + seconds
-        with self._lock:
-            self._watches[ident] = _Watch(deadline, shown or seconds, job_name)
+        mine = _Watch(deadline, shown or seconds, job_name)
+        with self._mutex:
+            self._watches[ident] = mine
             # Wake the watchdog only for a deadline before its own: a wake per job was two GIL
             # hand-offs more per job among --threads N threads (measured: +10-25 % jobs/s
             # with 8 threads on trivial jobs once gone, with uuid4's system call).
@@ -128,8 +133,11 @@ class Watchdog(threading.Thread):
         try:
             yield
         finally:
-            with self._lock:
-                entry = self._watches.pop(ident, None)
+            with self._mutex:
+                # Only this watch's entry: a generator finalized late (kept alive by a stored
+                # traceback) removed a later job's watch on the same thread, whose timeout then
+                # never fired.
+                entry = self._watches.pop(ident) if self._watches.get(ident) is mine else None
             if entry is not None and entry.fired:
                 # Fired as the handler returned: take back the exception if still undelivered.
                 _async_raise(ident, None)

@@ -125,3 +125,21 @@ def test_a_handler_that_swallows_its_timeout_gets_it_again() -> None:
                 if caught == 2:
                     raise
     assert caught == 2
+
+
+def test_a_watch_ended_late_leaves_a_later_jobs_watch_in_place() -> None:
+    """A watch's generator kept alive by a stored traceback is finalized after the thread's next
+    job started its own: it removed that job's watch by thread, and its timeout never fired."""
+    import threading
+
+    from kumiko_jobs.timeouts import Watchdog
+
+    dog = Watchdog()  # not started: only its bookkeeping is under test
+    first = dog.watch(60, "tests.first")
+    first.__enter__()
+    later = dog.watch(60, "tests.later")
+    later.__enter__()
+    first.__exit__(None, None, None)  # the first job's watch, finalized late
+    assert dog._watches[threading.get_ident()].job_name == "tests.later"
+    later.__exit__(None, None, None)
+    assert threading.get_ident() not in dog._watches
