@@ -217,13 +217,8 @@ def record_pushes(
     new_rows = [p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued"]
     if new_rows and not rows_exist:
         records.insert_queued(new_rows, after_push=True)
+    record_gate_effects(prepared, outcomes, now=now)
     for p, o in zip(prepared, outcomes, strict=True):
-        if o.dropped:
-            drop_replaced(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
-        if o.status == "debounced" and o.pending_job_id:
-            records.merge_debounced(
-                o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
-            )
         if rows_exist and o.status not in ("queued", "duplicate"):
             # Recorded before its push (inside the caller's transaction, or waiting for the
             # outbox), but a gate said no when it was pushed.
@@ -246,6 +241,20 @@ def record_pushes(
     # its commit: a rolled-back dispatch never says it was queued.
     if announce:
         run_events.queued(p.row for p, o in zip(prepared, outcomes, strict=True) if o.status == "queued")
+
+
+def record_gate_effects(
+    prepared: Sequence[PreparedJob], outcomes: Sequence[Pushed], *, now: datetime
+) -> None:
+    """What the pushes' gates did to other runs: the waiting runs a ``replace`` push dropped,
+    the pending run a ``debounce`` push merged into (its row takes the newest payload)."""
+    for p, o in zip(prepared, outcomes, strict=True):
+        if o.dropped:
+            drop_replaced(o.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
+        if o.status == "debounced" and o.pending_job_id:
+            records.merge_debounced(
+                o.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
+            )
 
 
 def push_after_commit(prepared: Sequence[PreparedJob]) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
@@ -21,13 +21,13 @@ from django.utils import timezone
 
 from kumiko_jobs import attempt_records, guarded_writes, outcomes, records, run_events, tenancy
 from kumiko_jobs.definitions import Backoff, JobDefinition
-from kumiko_jobs.dispatching import drop_replaced
+from kumiko_jobs.dispatching import record_gate_effects
 from kumiko_jobs.exceptions import QueueUnavailable
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.observability import current_trace_carrier
 from kumiko_jobs.outcomes import Outcome
 from kumiko_jobs.preparing import encode, prepare
-from kumiko_jobs.pushing import PreparedJob, Pushed, push, push_batch
+from kumiko_jobs.pushing import PreparedJob, push, push_batch
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_marker import mark_running
 from kumiko_jobs.run_rows import RunRow
@@ -160,24 +160,11 @@ def _enqueue_batch(
         # recording ("duplicate"): the unique job id makes this idempotent.
         rows = [p.row for p, o in zip(prepared, pushed, strict=True) if o.status in ("queued", "duplicate")]
         records.insert_queued(rows, after_push=True)
-        _record_gate_effects(prepared, pushed)
+        # As dispatch records them: a replace child's dropped runs, a debounce child's merge.
+        record_gate_effects(prepared, pushed, now=timezone.now())
     # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
     run_events.queued(rows)
     return len(tenants)
-
-
-def _record_gate_effects(prepared: Sequence[PreparedJob], pushed: Sequence[Pushed]) -> None:
-    """What a child's gates did to other runs, recorded as dispatch records it: the waiting runs
-    a ``replace`` child dropped (their rows said queued until repair found them), the pending run
-    a ``debounce`` child merged into (its row kept the old payload for a rebuild to push)."""
-    now = timezone.now()
-    for p, outcome in zip(prepared, pushed, strict=True):
-        if outcome.dropped:
-            drop_replaced(outcome.dropped, now=now, reason=f"replaced by a newer run ({p.job_id})")
-        if outcome.status == "debounced" and outcome.pending_job_id:
-            records.merge_debounced(
-                outcome.pending_job_id, payload=p.row.payload, next_attempt_at=p.row.next_attempt_at, now=now
-            )
 
 
 def _push_and_record(prepared: list[PreparedJob]) -> list[RunRow]:
