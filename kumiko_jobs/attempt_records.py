@@ -1,5 +1,5 @@
 """An attempt's state changes, as the worker writes them: running, and each outcome (succeeded,
-retry, failed, deferred, requeued), each one guarded UPDATE through ``records.update_run``.
+retry, failed, deferred, requeued), each one guarded UPDATE through ``run_updates.update_run``.
 
 Workers write a state *before* telling Redis about it, so a crash in between leaves the run
 registered in Redis and the reaper repairs the row; it never leaves a finished job with a row
@@ -9,7 +9,7 @@ success_writes.py), before Redis is told. An outcome write that
 carries the attempt's start (``Started``) also records the start, so a short run costs one
 commit, and creates the row if the dispatcher's insert has not landed yet.
 
-Every write of an attempt is conditional (``records.AttemptGuard``): it applies only while the
+Every write of an attempt is conditional (``run_updates.AttemptGuard``): it applies only while the
 record is not at a later attempt and the run is unfinished, or finished before the attempt
 started (an operator's requeue marks the row queued after its push, so a worker may take the
 run first). A worker that stalled past its lease finds that the reaper retried or failed the
@@ -36,7 +36,8 @@ from kumiko_jobs.exceptions import StaleAttempt
 from kumiko_jobs.guarded_writes import durable, safe
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import ACTIVE_STATUSES, JobRun, RunStatus
-from kumiko_jobs.records import AttemptGuard, insert_queued, status_of, update_run, update_runs
+from kumiko_jobs.records import insert_queued, status_of
+from kumiko_jobs.run_updates import AttemptGuard, update_run, update_runs
 
 logger = logging.getLogger("kumiko_jobs")
 

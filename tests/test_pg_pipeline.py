@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, ProgrammingError, connection
 
-from kumiko_jobs import guarded_writes, pg_pipeline, records, run_rows
+from kumiko_jobs import guarded_writes, pg_pipeline, records, run_rows, run_updates
 from kumiko_jobs.jobdata import JobMeta
 from kumiko_jobs.models import JobRun, RunStatus
 
@@ -82,7 +82,7 @@ def test_an_update_sent_through_the_pipeline_writes_every_kind_of_value() -> Non
     row = _row("update")
     records.insert_queued([row])
     logs = [{"at": "09:30", "msg": "ünïcødé 'quoted'"}]
-    changed = records.update_run(
+    changed = run_updates.update_run(
         row.id,
         status=RunStatus.SUCCEEDED,
         finished_at=NOW,
@@ -106,7 +106,7 @@ def test_an_update_sent_through_the_pipeline_writes_every_kind_of_value() -> Non
         "tenant_visible": False,
         "fanout_count": None,
     }
-    assert records.update_run(uuid.uuid4(), error="no such run") == 0
+    assert run_updates.update_run(uuid.uuid4(), error="no such run") == 0
 
 
 def test_the_async_commit_applies_to_its_own_statement_only() -> None:
@@ -150,8 +150,8 @@ def test_a_failing_statement_raises_djangos_error_and_leaves_the_connection_usab
     records.insert_queued([row])
     psycopg_connection = connection.connection
     with pytest.raises(IntegrityError, match="kj_run_attempt_positive"):
-        records.update_run(row.id, attempt=0)
-    assert records.update_run(row.id, attempt=2) == 1
+        run_updates.update_run(row.id, attempt=0)
+    assert run_updates.update_run(row.id, attempt=2) == 1
     assert connection.connection is psycopg_connection
     assert JobRun.objects.get(pk=row.id).attempt == 2
 
@@ -162,7 +162,7 @@ def test_a_connection_left_inside_a_transaction_is_not_written_through() -> None
     # A job opened a transaction behind Django's back (autocommit still on as Django sees it).
     connection.connection.execute("BEGIN")
     connection.connection.execute("UPDATE kumiko_jobs_jobrun SET worker = 'uncommitted junk'")
-    assert guarded_writes.safe(records.update_run, row.id, error="written")
+    assert guarded_writes.safe(run_updates.update_run, row.id, error="written")
     stored = JobRun.objects.values_list("error", "worker").get(pk=row.id)
     assert stored == ("written", "")  # the junk was rolled back with the replaced connection
 
@@ -186,7 +186,7 @@ def test_a_statement_that_cannot_be_prepared_fails_as_itself_and_changes_nothing
 def test_a_nul_in_a_text_value_is_stored_replaced_not_cut_off() -> None:
     row = _row("nul")
     records.insert_queued([row])
-    assert records.update_run(row.id, error="before\x00after", traceback="tb") == 1
+    assert run_updates.update_run(row.id, error="before\x00after", traceback="tb") == 1
     assert JobRun.objects.values_list("error", "traceback").get(pk=row.id) == ("before\ufffdafter", "tb")
 
 
@@ -202,7 +202,7 @@ def test_pipelined_writes_off_sends_them_through_a_cursor(settings: Any) -> None
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "PIPELINED_WRITES": False}
     off = _row("off")
     records.insert_queued([off])
-    records.update_run(off.id, error="through a cursor")
+    run_updates.update_run(off.id, error="through a cursor")
     assert _prepared_here() == []
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "PIPELINED_WRITES": True}
     records.insert_queued([_row("on")])
@@ -230,10 +230,10 @@ def test_a_statement_failing_on_a_new_connection_leaves_its_names_prepared() -> 
     records.insert_queued([row])
     connection.close()
     with pytest.raises(IntegrityError, match="kj_run_attempt_positive"):
-        records.update_run(row.id, attempt=0)  # the Parses succeeded, the UPDATE did not
+        run_updates.update_run(row.id, attempt=0)  # the Parses succeeded, the UPDATE did not
     assert len(pg_pipeline._prepared[connection.connection]) == 2
     assert len(_prepared_here()) == 2
-    assert records.update_run(row.id, attempt=3) == 1
+    assert run_updates.update_run(row.id, attempt=3) == 1
     assert JobRun.objects.get(pk=row.id).attempt == 3
 
 
