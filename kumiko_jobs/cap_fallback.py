@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from kumiko_jobs import attempt_records, outcomes
+from kumiko_jobs import attempt_records, put_back
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.definitions import JobDefinition
 from kumiko_jobs.flows import cap_of
@@ -42,7 +42,7 @@ def defer_over_lowered_cap(
         "msg": f"waiting: {running - 1} runs of this job and tenant are running, the cap is now {cap}",
         "attempt": meta.attempt,
     }
-    return outcomes.held_back(
+    return put_back.held_back(
         definition,
         meta,
         start,

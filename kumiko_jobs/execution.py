@@ -14,7 +14,7 @@ import inspect
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kumiko_jobs import attempt_records, outcomes
+from kumiko_jobs import attempt_records, outcomes, put_back
 from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.audit import flush_audits
 from kumiko_jobs.cap_fallback import defer_over_lowered_cap
@@ -87,7 +87,7 @@ def _route(
         return run_fan_out(meta, start, target)
     definition = registry.find(meta.job_name)
     if definition is None:
-        return outcomes.unknown_job(meta, meta.job_name, start)
+        return put_back.unknown_job(meta, meta.job_name, start)
     held_back = defer_over_lowered_cap(definition, meta, start)
     if held_back is not None:
         return held_back

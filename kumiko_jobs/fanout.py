@@ -19,7 +19,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from kumiko_jobs import attempt_records, guarded_writes, outcomes, records, run_events, tenancy
+from kumiko_jobs import attempt_records, guarded_writes, outcomes, put_back, records, run_events, tenancy
 from kumiko_jobs.definitions import Backoff, JobDefinition
 from kumiko_jobs.dispatching import record_gate_effects
 from kumiko_jobs.exceptions import QueueUnavailable
@@ -57,7 +57,7 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
     definition = registry.find(target)
     if definition is None:
         # A newer deploy's job reaching an older worker gets the same grace as any unknown job.
-        return outcomes.unknown_job(meta, target, start)
+        return put_back.unknown_job(meta, target, start)
     job_id, payload = start.job_id, dict(start.payload)
     if not mark_running(meta, start):
         # The wrapper's run moved on while this worker stalled: fanning out again would queue a

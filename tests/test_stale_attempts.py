@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kumiko_jobs import dispatch, outcomes, records, signals
+from kumiko_jobs import dispatch, outcomes, put_back, records, signals
 from kumiko_jobs.attempt_records import Started, prepare_succeeded, write_outcomes
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.execution import run_claimed
@@ -232,7 +232,7 @@ def test_a_stale_requeue_is_not_recorded(said: Any) -> None:
     start = Started(job_id=job.job_id, payload={"n": 1}, worker="stalled", at=datetime.now(UTC))
     reap(get_redis(), get_keys(), "worker", "reaper")
     assert drain() == {"succeeded": 1}
-    assert outcomes.unknown_job(meta, "tests.gone", start).kind == "stale"
+    assert put_back.unknown_job(meta, "tests.gone", start).kind == "stale"
     run = JobRun.objects.get(pk=result.run_id)
     assert (run.status, run.next_attempt_at) == (RunStatus.SUCCEEDED, None)
 
@@ -277,7 +277,7 @@ def test_an_unknown_job_past_its_grace_is_failed_with_its_start(settings: Any) -
     JobRun.objects.filter(pk=result.run_id).update(finished_at=datetime.now(UTC) - timedelta(minutes=1))
     meta = JobMeta.from_json(get_redis().hget(get_keys().job(result.job_id), "meta"))
     start = Started(job_id=result.job_id, payload={}, worker="w", at=datetime.now(UTC))
-    outcome = outcomes.unknown_job(meta, "tests.gone", start)
+    outcome = put_back.unknown_job(meta, "tests.gone", start)
     assert outcome.kind == "failed"
     assert "Unknown job" in JobRun.objects.get(pk=result.run_id).error
 
