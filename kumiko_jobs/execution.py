@@ -29,7 +29,7 @@ from kumiko_jobs.observability import correlation_scope, processing, record_outc
 from kumiko_jobs.outcomes import Outcome, Settle
 from kumiko_jobs.registry import registry
 from kumiko_jobs.run_marker import mark_running
-from kumiko_jobs.tenancy import get_activator, tenant_context
+from kumiko_jobs.tenancy import activation
 from kumiko_jobs.timeouts import enforce_timeout
 
 
@@ -130,13 +130,7 @@ def execute(
     )
     callers = open_transactions()
     try:
-        # The current-tenant variable is set here too: an activator of the project's may not set
-        # it, and Django tasks enqueued in the job and an async handler's database thread read it.
-        with (
-            correlation_scope(ctx.correlation_id),
-            tenant_context(meta.tenant_id),
-            get_activator()(meta.tenant_id),
-        ):
+        with correlation_scope(ctx.correlation_id), activation(meta.tenant_id):
             # In a copy of the context, as an async handler's coroutine is: what a handler sets
             # in context variables (translation.activate, a logging library's bound fields)
             # must not carry over to the next job on this thread, another tenant's.

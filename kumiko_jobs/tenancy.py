@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from functools import cache
 from typing import Any
 
@@ -91,6 +91,24 @@ def _django_scopes_scope() -> Callable[..., AbstractContextManager[Any]] | None:
     except ImportError:
         return None
     return scope  # type: ignore[no-any-return]
+
+
+def activation(tenant_id: str | None) -> AbstractContextManager[Any]:
+    """The run's tenant activated around its handler: ``TENANT_ACTIVATOR``, and the
+    current-tenant variable, which a project's activator need not set (Django tasks enqueued in
+    the run and an async handler's database thread read it). kumiko's own activators set it
+    already: not twice on every attempt."""
+    activator = get_activator()
+    if activator is scopes_activator or activator is tenant_context:
+        return activator(tenant_id)
+    stack = ExitStack()
+    stack.enter_context(tenant_context(tenant_id))
+    try:
+        stack.enter_context(activator(tenant_id))
+    except BaseException:
+        stack.close()
+        raise
+    return stack
 
 
 @cache
