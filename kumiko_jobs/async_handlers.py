@@ -13,7 +13,9 @@ awaiting never sees the cancellation: the plain handlers' timer (timeouts.py: SI
 watchdog in job threads, which also reports it stuck) stops it ``BACKSTOP`` seconds later, and
 the thread's loop is replaced if the timer's exception left work in it. Blocking calls belong in
 ``sync_to_async``. Tasks a handler
-started and left running are cancelled when it returns: nothing leaks into the next job.
+started and left running are cancelled when it returns: nothing leaks into the next job. A task
+(or a handler) that catches its CancelledError and goes on is waited for ``BACKSTOP`` seconds,
+then given up with the thread's loop, which is closed without it, and logged as an error.
 
 Django's ORM is synchronous. Inside a coroutine use its async methods (``await
 Note.objects.acreate(...)``, ``aget``, ``acount``) or ``asgiref.sync.sync_to_async``: during a
@@ -122,15 +124,15 @@ class _JobThread:
         self.runner = asyncio.Runner()
         self.database = _DatabaseThread(threading.current_thread().name)
 
-    def replace_loop(self) -> None:
+    def replace_loop(self, job_name: str) -> None:
         """Close the loop (cancelling what is left in it) and start a new one for the next job."""
         try:
-            self.runner.close()
+            _close_runner(self.runner, job_name)
         finally:
             self.runner = asyncio.Runner()
 
     def close(self) -> None:
-        self.runner.close()
+        _close_runner(self.runner, "")
         if self.database.started:
             from django.db import connections
 
@@ -162,13 +164,12 @@ def run_coroutine(
     except asyncio.CancelledError as exc:
         # Cancelled from inside (not by our timeout): a failed attempt, never a dead worker.
         raise RuntimeError(f"The async handler of {job_name!r} was cancelled.") from exc
-    except BaseException:
-        if asyncio.all_tasks(job_thread.runner.get_loop()):
-            # The timer's exception landed in the loop itself, not in the handler's task: that
-            # task would resume inside the next job. Start this thread over with a new loop.
-            job_thread.replace_loop()
-        raise
     finally:
+        if asyncio.all_tasks(job_thread.runner.get_loop()):
+            # The timer's exception landed in the loop itself, not in the handler's task, or a
+            # task ignored its cancellation (_cancel_left_running): it would resume inside the
+            # next job. Start this thread over with a new loop.
+            job_thread.replace_loop(job_name)
         _wind_down(job_thread, job_name)
 
 
@@ -250,9 +251,14 @@ async def _job(
 ) -> Any:
     async with ThreadSensitiveContext(executor=database):
         try:
-            return await _bounded(func(*args, **kwargs), timeout, job_name)
-        finally:
+            result = await _bounded(func(*args, **kwargs), timeout, job_name)
+        except GeneratorExit:
+            raise  # closed unfinished, its loop given up (_close_runner): nothing can be awaited
+        except BaseException:
             await _cancel_left_running()
+            raise
+        await _cancel_left_running()
+        return result
 
 
 async def _bounded(coroutine: Coroutine[Any, Any, Any], timeout: float | None, job_name: str) -> Any:
@@ -271,12 +277,83 @@ async def _bounded(coroutine: Coroutine[Any, Any, Any], timeout: float | None, j
 
 
 async def _cancel_left_running() -> None:
+    """Cancel the tasks the handler left running and wait BACKSTOP seconds at most for them: one
+    that catches its CancelledError and goes on would hold the job (and its thread) for good.
+    Such a task is still in the loop afterwards, and run_coroutine replaces the loop."""
     others = asyncio.all_tasks() - {asyncio.current_task()}
     if not others:
         return
     for task in others:
         task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
+    done, _ = await asyncio.wait(others, timeout=BACKSTOP)
+    for task in done:
+        if not task.cancelled():
+            task.exception()  # retrieved: a left-over task's error is not reported at exit
+
+
+def _close_runner(runner: asyncio.Runner, job_name: str) -> None:
+    """``runner.close()``, bounded: its cancellation waits for every task left in the loop, and
+    a task that ignores CancelledError (``except BaseException: continue``) would stall this
+    thread for good. Tasks still running BACKSTOP seconds after their cancellation are given up
+    with the loop, which is closed without them, and said so."""
+    loop = runner.get_loop()
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    stubborn = _wait_for_tasks(loop, left, BACKSTOP) if left else set()
+    if not stubborn:
+        runner.close()
+        return
+    logger.error(
+        "kumiko_jobs: %d task(s) left in the event loop%s ignored their cancellation for %gs "
+        "(a handler that catches CancelledError and goes on: %s); the thread's loop is "
+        "closed without them",
+        len(stubborn),
+        f" of {job_name}" if job_name else "",
+        BACKSTOP,
+        ", ".join(sorted(repr(task.get_coro()) for task in stubborn))[:500],
+    )
+    for task in stubborn:
+        # Closed here, in the task's own context (a context variable's reset needs it), rather
+        # than by the garbage collector wherever it runs: its finally clauses run now.
+        try:
+            task.get_context().run(task.get_coro().close)  # type: ignore[union-attr]
+        except Exception:
+            logger.exception("kumiko_jobs: closing a task that ignored its cancellation failed")
+    asyncio.set_event_loop(None)  # as runner.close() does: the runner had set its loop
+    loop.close()
+
+
+def _wait_for_tasks(
+    loop: asyncio.AbstractEventLoop, tasks: set[asyncio.Task[Any]], timeout: float
+) -> set[asyncio.Task[Any]]:
+    """Run the loop until ``tasks`` are done or ``timeout`` passed; return those still running.
+    A future, not ``asyncio.wait``: a task of its own would be cancelled by a cancelled job's
+    ``_cancel_left_running``, which takes every other task of the loop for a left-over."""
+    waiting = set(tasks)
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def release(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def ended(task: asyncio.Task[Any]) -> None:
+        waiting.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a left-over task's error is not reported at exit
+        if not waiting:
+            release()
+
+    for task in tasks:
+        task.add_done_callback(ended)
+    timer = loop.call_later(timeout, release)
+    try:
+        loop.run_until_complete(waiter)
+    finally:
+        timer.cancel()
+        for task in tasks:
+            task.remove_done_callback(ended)
+    return waiting
 
 
 @atexit.register
@@ -286,5 +363,5 @@ def _close_all() -> None:
         job_threads = list(_threads)
         _threads.clear()
     for job_thread in job_threads:
-        job_thread.runner.close()
+        _close_runner(job_thread.runner, "")
         job_thread.database.shutdown(wait=False)

@@ -231,3 +231,87 @@ def test_an_interrupted_loop_is_replaced_so_the_old_job_never_resumes() -> None:
     thread.join(timeout=10)
     # Cancelled with the old loop, before the exception left run_coroutine; never resumed.
     assert seen == ["cancelled", "interrupted"]
+
+
+def test_a_task_that_ignores_its_cancellation_holds_up_neither_the_job_nor_the_next(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task the handler left running that catches CancelledError and goes on is given up with
+    the thread's loop, BACKSTOP seconds after it was cancelled: the job ends, the next job runs
+    on a new loop, and the stubborn task never runs inside it."""
+    import asyncio
+
+    beats: list[float] = []
+    outcomes: list[Any] = []
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+                beats.append(time.monotonic())
+            except asyncio.CancelledError:
+                continue  # deliberately ignores its cancellation
+
+    async def leaves_one() -> int:
+        asyncio.get_running_loop().create_task(stubborn())
+        await asyncio.sleep(0.05)
+        return 1
+
+    async def later() -> int:
+        await asyncio.sleep(0.2)  # the stubborn task would beat in here, on the same loop
+        return 2
+
+    def in_thread() -> None:
+        try:
+            started = time.monotonic()
+            outcomes.append(run_coroutine(leaves_one, (), timeout=5.0, job_name="tests.leaves_one"))
+            outcomes.append(time.monotonic() - started < 3)
+            given_up = time.monotonic()
+            outcomes.append(run_coroutine(later, (), timeout=5.0, job_name="tests.later"))
+            outcomes.append([beat for beat in beats if beat > given_up])
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread, daemon=True)  # a hang must not keep pytest
+    thread.start()
+    thread.join(timeout=15)
+    assert not thread.is_alive(), "the thread hangs on a task that ignores its cancellation"
+    assert outcomes == [1, True, 2, []]
+    said = [r.getMessage() for r in caplog.records if "ignored their cancellation" in r.getMessage()]
+    assert len(said) == 1 and "of tests.leaves_one" in said[0] and "stubborn" in said[0]
+
+
+def test_a_handler_that_ignores_its_timeout_cancellation_is_stopped_and_its_thread_goes_on() -> None:
+    """The handler itself swallows the cancellation of its timeout: the backstop's JobTimeout
+    stops it, and closing its loop does not wait on it for good."""
+    import asyncio
+
+    outcomes: list[Any] = []
+
+    async def swallows() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue  # deliberately ignores its cancellation
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    def in_thread() -> None:
+        try:
+            started = time.monotonic()
+            try:
+                run_coroutine(swallows, (), timeout=0.05, job_name="tests.swallows")
+            except JobTimeout as exc:
+                outcomes.append((type(exc).__name__, time.monotonic() - started < 6))
+            outcomes.append(run_coroutine(answer, (), timeout=1.0, job_name="tests.answer"))
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread, daemon=True)  # a hang must not keep pytest
+    thread.start()
+    thread.join(timeout=15)
+    assert not thread.is_alive(), "the thread hangs on a handler that ignores its cancellation"
+    assert outcomes == [("JobTimeout", True), 42]
