@@ -107,7 +107,7 @@ def prepare_succeeded(
             status=RunStatus.SUCCEEDED,
             finished_at=now,
             updated_at=now,
-            logs=_all_logs(meta, logs),
+            logs=_all_logs(meta, logs, now),
             error="",
             traceback="",
             **values,
@@ -223,7 +223,7 @@ def mark_retry(
         updated_at=now,
         error=error,
         traceback=traceback,
-        logs=_all_logs(meta, logs, force_merge=True),
+        logs=_all_logs(meta, logs, now, force_merge=True),
     )
 
 
@@ -247,7 +247,7 @@ def mark_failed(
         next_attempt_at=None,
         error=error,
         traceback=traceback,
-        logs=_all_logs(meta, logs, force_merge=True),
+        logs=_all_logs(meta, logs, now, force_merge=True),
     )
 
 
@@ -262,7 +262,7 @@ def mark_deferred(
         next_attempt_at=next_at,
         defer_count=meta.defers + 1,
         updated_at=now,
-        logs=_all_logs(meta, logs, force_merge=True),
+        logs=_all_logs(meta, logs, now, force_merge=True),
     )
 
 
@@ -306,7 +306,7 @@ def mark_requeued(
         "updated_at": now,
         "attempt": meta.attempt,
         "max_attempts": meta.max_attempts,
-        "logs": _all_logs(meta, logs, force_merge=True),
+        "logs": _all_logs(meta, logs, now, force_merge=True),
     }
     unfinished = Q(status__in=ACTIVE_STATUSES)
     if started is not None:
@@ -336,10 +336,19 @@ def mark_failed_without_row(*, job_id: str, run_id: str | None, now: datetime, e
         logger.error("kumiko_jobs: malformed job %s has no run record: %s", job_id, error)
 
 
-def _all_logs(meta: JobMeta, logs: list[LogLine], force_merge: bool = False) -> list[LogLine]:
+def _all_logs(meta: JobMeta, logs: list[LogLine], now: datetime, force_merge: bool = False) -> list[LogLine]:
+    """The row's log lines with this attempt's appended, for the write made at ``now``."""
     # Earlier attempts' lines are kept; reading them back only when there can be any keeps
     # the common first-attempt success to one UPDATE.
     if not force_merge and meta.attempt == 1 and meta.defers == 0 and meta.abandons == 0:
         return logs
-    previous = JobRun.objects.filter(pk=meta.run_id).values_list("logs", flat=True).first()
+    row = JobRun.objects.filter(pk=meta.run_id).values_list("logs", "updated_at").first()
+    if row is None:
+        return logs
+    previous, updated_at = row
+    if updated_at == now:
+        # This very write committed and lost its answer, and is built again to be sent again
+        # (guarded_writes): its lines are in the row already, and appending them twice would
+        # show the attempt's log twice (a deferral or a requeue passes the guard again).
+        return list(previous or [])
     return [*(previous or []), *logs]

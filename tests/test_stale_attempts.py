@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kumiko_jobs import dispatch, outcomes, put_back, records, signals
+from kumiko_jobs import attempt_records, dispatch, outcomes, put_back, records, signals
 from kumiko_jobs.attempt_records import Started, prepare_succeeded, write_outcomes
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.execution import run_claimed
@@ -264,6 +264,32 @@ def test_a_write_sent_again_after_its_answer_was_lost_counts_as_written(said: An
     update.mark_outcome()  # the same write, sent again: no StaleAttempt
     assert write_outcomes([update]) == set()
     assert JobRun.objects.get(pk=result.run_id).status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("write", ["deferred", "requeued", "retry"])
+def test_a_write_sent_again_after_its_answer_was_lost_keeps_its_log_lines_once(write: str) -> None:
+    """A deferral or a requeue leaves the run unfinished at the same attempt, so its write sent
+    again passes the guard a second time: it must not append the attempt's lines again."""
+    result = dispatch("tests.record", {"n": 1})
+    job = finish_and_claim(get_redis(), get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
+    assert job is not None
+    meta = JobMeta.from_json(job.meta_raw)
+    now = datetime.now(UTC)
+    start = Started(job_id=job.job_id, payload={"n": 1}, worker="w", at=now)
+    line = {"t": now.isoformat(), "level": "info", "msg": f"{write} once", "attempt": 1}
+    later = now + timedelta(seconds=5)
+    for _ in range(2):  # the first try committed, its answer was lost, and it is sent again
+        if write == "deferred":
+            attempt_records.mark_deferred(meta=meta, now=now, next_at=later, logs=[line], started=start)
+        elif write == "requeued":
+            attempt_records.mark_requeued(meta=meta, now=now, next_at=later, logs=[line], started=start)
+        else:
+            attempt_records.mark_retry(
+                meta=meta, now=now, next_at=later, error="E", traceback="", logs=[line],
+                next_attempt=2, max_attempts=3, started=start,
+            )  # fmt: skip
+    run = JobRun.objects.get(pk=result.run_id)
+    assert [entry["msg"] for entry in run.logs] == [f"{write} once"]
 
 
 def test_an_unknown_job_past_its_grace_is_failed_with_its_start(settings: Any) -> None:
