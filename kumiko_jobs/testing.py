@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -18,15 +19,31 @@ from kumiko_jobs.definitions import LANES
 from kumiko_jobs.execution import run_claimed
 from kumiko_jobs.keys import RQ_WORKERS, Keys
 from kumiko_jobs.lane import Claim, Finished, count_claims, finish_and_claim, promote_due
+from kumiko_jobs.outcomes import given_back
 from kumiko_jobs.pushing import unregister_queues
 
 DRAIN_WORKER = "kumiko-drain"
+logger = logging.getLogger("kumiko_jobs")
 
 
-def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, int]:
+class DrainTimeout(AssertionError):
+    """drain() ran out of its timeout with jobs still ready to run: more work than the timeout
+    allows, or a job that dispatches itself without end. An AssertionError: in a test, a failure."""
+
+
+class Drained(dict[str, int]):
+    """drain()'s counts by outcome (a plain dict to compare), and ``waiting``: the runs still
+    scheduled when it returned (a retry or deferral due after its timeout), which it did not run."""
+
+    waiting: int = 0
+
+
+def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> Drained:
     """Run every queued job of both lanes, and delayed ones (retries, deferrals) that fall due
     within ``timeout`` seconds, in this process. Returns counts by outcome, e.g.
-    ``{"succeeded": 3, "retried": 1, "failed": 1}``.
+    ``{"succeeded": 3, "retried": 1, "failed": 1}``; its ``waiting`` counts the runs left
+    scheduled past the timeout (also logged as a warning). Jobs still ready to run when the
+    timeout is over (a job that dispatches itself again and again) raise ``DrainTimeout``.
 
     Jobs dispatched inside a test's transaction reach Redis on commit: use a
     ``transactional_db`` test, or pytest-django's ``django_capture_on_commit_callbacks(execute=True)``.
@@ -36,31 +53,58 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> dict[str, in
     client, keys = get_redis(), get_keys()
     counts: Counter[str] = Counter()
     deadline = time.monotonic() + timeout
-    while True:
-        ran = False
-        next_due: float | None = None
-        for lane in lanes:
-            due = promote_due(client, keys, lane)
-            if due is not None:
-                next_due = due if next_due is None else min(next_due, due)
-            claim = Claim(DRAIN_WORKER, "drain", time.time() + 3600)
-            while job := finish_and_claim(client, keys, lane, claim=claim):
-                count_claims(client, keys, lane, 1)
-                outcome = run_claimed(job, worker=DRAIN_WORKER, consumer_lane=lane)
-                finish_and_claim(client, keys, lane, Finished(job.job_id, f"{job.job_id}:drain", outcome))
-                counts[outcome.counted_as] += 1
-                ran = True
-        if ran:
-            continue
-        if next_due is None:
-            break
-        wait = next_due - time.time()
-        if time.monotonic() + max(wait, 0) > deadline:
-            break
-        time.sleep(max(wait, 0.005))
-    # Async handlers' database thread keeps a connection: give it back, as a stopping worker does.
-    close_thread_loop()
-    return dict(counts)
+    try:
+        while True:
+            ran = False
+            next_due: float | None = None
+            for lane in lanes:
+                due = promote_due(client, keys, lane)
+                if due is not None:
+                    next_due = due if next_due is None else min(next_due, due)
+                claim = Claim(DRAIN_WORKER, "drain", time.time() + 3600)
+                while job := finish_and_claim(client, keys, lane, claim=claim):
+                    count_claims(client, keys, lane, 1)
+                    member = f"{job.job_id}:drain"
+                    if time.monotonic() > deadline:
+                        # Back to the front of its flow, unstarted, as a stopping worker gives
+                        # back its ready jobs: the test fails, and the run is not lost.
+                        finish_and_claim(
+                            client,
+                            keys,
+                            lane,
+                            Finished(job.job_id, member, given_back(job.job_id, job.meta_raw)),
+                        )
+                        raise DrainTimeout(
+                            f"drain() still had jobs to run after its timeout of {timeout:g}s "
+                            f"(it ran {dict(counts) or 'none'}; next: {job.job_id} on lane {lane!r}): "
+                            "a job that dispatches itself without end, or more work than the "
+                            "timeout allows (pass a larger timeout=)"
+                        )
+                    outcome = run_claimed(job, worker=DRAIN_WORKER, consumer_lane=lane)
+                    finish_and_claim(client, keys, lane, Finished(job.job_id, member, outcome))
+                    counts[outcome.counted_as] += 1
+                    ran = True
+            if ran:
+                continue
+            if next_due is None:
+                break
+            wait = next_due - time.time()
+            if time.monotonic() + max(wait, 0) > deadline:
+                break
+            time.sleep(max(wait, 0.005))
+    finally:
+        # Async handlers' database thread keeps a connection: give it back, as a stopping worker does.
+        close_thread_loop()
+    drained = Drained(counts)
+    drained.waiting = sum(int(client.zcard(keys.scheduled(lane))) for lane in lanes)
+    if drained.waiting:
+        logger.warning(
+            "kumiko_jobs: drain() returned with %d run(s) still scheduled after its timeout of %gs "
+            "(retries or deferrals due later); they did not run",
+            drained.waiting,
+            timeout,
+        )
+    return drained
 
 
 @contextmanager

@@ -86,3 +86,46 @@ def test_drain_inside_a_tests_transaction_keeps_the_tests_data(
     assert drain() == {"succeeded": 1}
     assert Tenant.objects.filter(pk=tenants[0].pk).exists()  # the test's data is still there
     assert JobRun.objects.get(pk=result.run_id).status == "succeeded"
+
+
+def _again(payload: dict[str, Any], ctx: Any) -> None:
+    """Dispatches itself again, without end (a bug drain() must not hang on)."""
+    ctx.dispatch("tests.again", {"n": int(payload["n"]) + 1})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drain_stops_a_job_that_dispatches_itself_at_its_timeout() -> None:
+    import time
+
+    from kumiko_jobs.models import JobRun, RunStatus
+    from kumiko_jobs.registry import build_definition, registry
+    from kumiko_jobs.testing import DrainTimeout, drain
+
+    with registry.isolated():
+        registry.register(build_definition(_again, "tests.again", {}))
+        dispatch("tests.again", {"n": 0})
+        started = time.monotonic()
+        with pytest.raises(DrainTimeout, match=r"after its timeout of 0.3s .*dispatches itself"):
+            drain(timeout=0.3)
+        assert time.monotonic() - started < 5
+        # The run it claimed last went back to its flow, unstarted: the next drain takes it.
+        [waiting] = JobRun.objects.filter(job_name="tests.again", status=RunStatus.QUEUED)
+        with pytest.raises(DrainTimeout):
+            drain(timeout=0.1)
+        assert JobRun.objects.get(pk=waiting.pk).status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drain_says_which_runs_it_left_scheduled_past_its_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    from kumiko_jobs.testing import drain
+
+    dispatch("tests.defer", {"times": 1, "ms": 60_000})
+    drained = drain(timeout=0.2)
+    assert drained == {"deferred": 1}  # still a plain dict to compare
+    assert drained.waiting == 1
+    said = [r.getMessage() for r in caplog.records if "still scheduled" in r.getMessage()]
+    assert said == [
+        "kumiko_jobs: drain() returned with 1 run(s) still scheduled after its timeout of 0.2s "
+        "(retries or deferrals due later); they did not run"
+    ]
+    assert drain(timeout=0.05).waiting == 1
