@@ -1,4 +1,4 @@
-"""The Redis setting: URL, TLS, Sentinel and cache forms, and their checks (E013-E104, W105)."""
+"""The Redis setting: URL, TLS, Sentinel and cache forms, and their checks (E013-E104, W105, E106)."""
 
 from __future__ import annotations
 
@@ -118,3 +118,24 @@ def test_w105_cache_without_socket_timeouts(settings: Any) -> None:
     }
     assert _only(settings, REDIS="cache:bare") == ["kumiko_jobs.W105"]
     assert _only(settings, REDIS="cache:timed") == []
+
+
+def test_e106_a_cache_django_redis_cannot_build_is_an_error_not_a_crash(settings: Any) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "nourl": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "http://127.0.0.1:6379/0"},
+        "noclient": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": LOCAL,
+            "OPTIONS": {"CLIENT_CLASS": "no_such_module.Client"},
+        },
+    }
+    for alias in ("nourl", "noclient"):
+        [message] = _messages(settings, REDIS=f"cache:{alias}")
+        assert message.id == "kumiko_jobs.E106"
+        assert f"CACHES[{alias!r}]" in message.msg and "cannot build" in message.msg
+
+
+def _messages(settings: Any, **config: Any) -> list[Any]:
+    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS": None, "REDIS_URL": None, **config}
+    return list(check_redis_setting())

@@ -1,4 +1,5 @@
-"""System checks of the Redis setting (``kumiko_jobs.E013`` as before, ``E102``-``E104``, ``W105``)."""
+"""System checks of the Redis setting (``kumiko_jobs.E013`` as before, ``E102``-``E104``, ``W105``,
+``E106``)."""
 
 from __future__ import annotations
 
@@ -73,8 +74,22 @@ def _check_cache(where: str, alias: str) -> list[CheckMessage]:
                 id="kumiko_jobs.E104",
             )
         ]
-    # Builds the client and its pool (no connection is opened) to read the socket options.
-    pool_options = get_redis_connection(alias, write=True).connection_pool.connection_kwargs
+    # Builds the client and its pool (no connection is opened) to read the socket options. A
+    # cache django-redis cannot build (a LOCATION that is no Redis URL, a CLIENT_CLASS that does
+    # not import, a client without one pool) is this check's error, not a crash of every
+    # manage.py command that runs the checks.
+    try:
+        pool_options = get_redis_connection(alias, write=True).connection_pool.connection_kwargs
+    except Exception as exc:
+        return [
+            Error(
+                f"{where}: django-redis cannot build the client of CACHES[{alias!r}] "
+                f"({exc.__class__.__name__}: {exc}).",
+                hint=f"Fix CACHES[{alias!r}] (LOCATION a redis:// URL, OPTIONS' CLIENT_CLASS "
+                "django_redis.client.DefaultClient), or set KUMIKO_JOBS['REDIS'] to a Redis URL.",
+                id="kumiko_jobs.E106",
+            )
+        ]
     if pool_options.get("socket_timeout") is None or pool_options.get("socket_connect_timeout") is None:
         return [
             CheckWarning(
