@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import re
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import islice
@@ -64,7 +65,7 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
         # second run per tenant.
         return Outcome("stale", "stale")
     try:
-        total = 0
+        reached: Counter[str] = Counter()
         # A tz="tenant" cron tick has one wrapper per zone: it reaches that zone's tenants only.
         if meta.zone:
             tenants: Iterable[str] = tenants_in_zone(meta.zone)  # listed ids already
@@ -72,16 +73,18 @@ def run_fan_out(meta: JobMeta, start: attempt_records.Started, target: str) -> O
             listed = (tenancy.listed_tenant_id(t) for t in tenancy.active_tenant_ids())
             tenants = (t for t in listed if t is not None)
         for batch in _batches(tenants, BATCH):
-            total += _enqueue_batch(definition, job_id, meta, payload, batch)
+            reached += _enqueue_batch(definition, job_id, meta, payload, batch)
     except Exception as exc:
         return _failed_fan_out(definition, job_id, meta, exc, start)
     line = {
         "t": datetime.now(UTC).isoformat(),
         "level": "info",
-        "msg": f"fanned out to {total} tenants",
+        "msg": _fanned_out(reached),
         "attempt": meta.attempt,
     }
-    guarded_writes.safe(records.set_fanout_count, meta.run_id, total)
+    # The runs this fan-out has: queued now or by an earlier attempt, not the tenants a gate
+    # turned away (the log line says how many, and why).
+    guarded_writes.safe(records.set_fanout_count, meta.run_id, reached["queued"] + reached[EARLIER])
     # The wrapper's own gates are a tenant flow: nothing of the target's to release.
     return outcomes.succeeded(None, job_id, meta, [line], None)
 
@@ -114,9 +117,28 @@ def spread_delay(definition: JobDefinition, tenant_id: str) -> float:
     return float(definition.spread) * int.from_bytes(digest[:4]) / 2**32
 
 
+EARLIER = "queued by an earlier attempt"
+
+
+def _fanned_out(reached: Counter[str]) -> str:
+    """The wrapper's log line: its tenants, and what became of their runs where not all were
+    queued now ("fanned out to 3 tenants: 2 queued, 1 skipped (max_per_tenant)")."""
+    total = sum(reached.values())
+    parts = [
+        f"{count} {what}"
+        for what, count in sorted(reached.items(), key=lambda item: (item[0] != "queued", item[0]))
+        if count
+    ]
+    if reached["queued"] == total:
+        return f"fanned out to {total} tenants"
+    return f"fanned out to {total} tenants: " + ", ".join(parts)
+
+
 def _enqueue_batch(
     definition: JobDefinition, wrapper_id: str, meta: JobMeta, payload: dict[str, Any], tenants: list[str]
-) -> int:
+) -> Counter[str]:
+    """Queue the batch's children; count what became of each tenant's run: "queued", EARLIER,
+    "merged into a pending run" (debounce) or "skipped (<reason>)" (a skip limit)."""
     # A retried wrapper derives its children's ids from the original's: tenants the original
     # reached are found in the run table and skipped. The zone wrappers of a tz="tenant" tick
     # derive them from the tick's id, so a tenant listed under two zones of one tick runs once.
@@ -146,14 +168,16 @@ def _enqueue_batch(
         for tenant, child_id in ids.items()
         if child_id not in existing
     ]
+    reached: Counter[str] = Counter({EARLIER: len(tenants) - len(prepared)})
     if not prepared:
-        return len(tenants)
+        return reached
     gates = prepared[0].gates
     # The batch script knows skip limits but not replace/debounce or delays: those children go
     # one by one.
     batched = not (gates.replace or gates.debounce_key or definition.spread)
     if batched and not gates.limits:
         rows = _push_and_record(prepared)
+        reached["queued"] += len(rows)
     else:
         pushed = push_batch(prepared) if batched else push(prepared)
         # Rows for every child not yet recorded, pushed now or by an attempt that crashed before
@@ -162,9 +186,16 @@ def _enqueue_batch(
         records.insert_queued(rows, after_push=True)
         # As dispatch records them: a replace child's dropped runs, a debounce child's merge.
         record_gate_effects(prepared, pushed, now=timezone.now())
+        for outcome in pushed:
+            if outcome.status in ("queued", "duplicate"):
+                reached["queued"] += 1
+            elif outcome.status == "debounced":
+                reached["merged into a pending run"] += 1
+            else:
+                reached[f"skipped ({outcome.reason or outcome.status})"] += 1
     # A "duplicate" was pushed by an attempt that crashed before recording (and announcing) it.
     run_events.queued(rows)
-    return len(tenants)
+    return reached
 
 
 def _push_and_record(prepared: list[PreparedJob]) -> list[RunRow]:

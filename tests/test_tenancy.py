@@ -298,3 +298,23 @@ def test_no_tenant_activator_runs_jobs_with_the_current_tenant_only(
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "TENANT_ACTIVATOR": None}
     dispatch("tests.record", {"n": 1}, tenant=tenants[0])
     assert drain() == {"succeeded": 1}
+
+
+def test_a_fan_out_counts_the_runs_it_queued_not_the_tenants_it_listed(tenants: list[Any]) -> None:
+    """A child a skip limit turns away is no run of the fan-out: fanout_count leaves it out, and
+    the wrapper's log line says how many were skipped, and why."""
+    from kumiko_jobs.registry import build_definition, registry
+    from tests.testapp.jobs import per_tenant
+
+    with registry.isolated():
+        registry.register(
+            build_definition(per_tenant, "tests.per_tenant_one", {"per_tenant": True, "max_per_tenant": 1})
+        )
+        dispatch("tests.per_tenant_one", {}, tenant=tenants[0], delay=60)  # holds tenant 0's one slot
+        result = dispatch("tests.per_tenant_one", {})
+        assert drain(timeout=0.2) == {"succeeded": len(tenants)}  # the wrapper, and all but one child
+    wrapper = JobRun.objects.get(pk=result.run_id)
+    assert wrapper.fanout_count == len(tenants) - 1
+    assert [line["msg"] for line in wrapper.logs] == [
+        f"fanned out to {len(tenants)} tenants: {len(tenants) - 1} queued, 1 skipped (max_per_tenant)"
+    ]
