@@ -3,8 +3,11 @@
 A worker would otherwise commit twice per job; the start of a short run is still recorded
 (started_at and worker are written with its outcome). A run that lasts longer than
 ``RUNNING_MARK_DELAY`` is marked running by this thread, so operators see what is running.
-One marker serves every job thread of a process; each thread has at most one run in it. The
-lock orders the writes: a run's outcome is written only after any "running" write of it ended.
+One marker serves every job thread of a process; each thread has at most one run in it. A
+run's outcome is written only after any "running" write of it ended (``finishing`` waits for
+it), and job_started precedes the outcome's signals. The write and job_started go out with the
+lock released: a slow job_started receiver (a webhook) holds up only its own run's outcome, not
+every job thread's start and finish.
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ class RunningMarker(threading.Thread):
     def __init__(self, delay: float) -> None:
         super().__init__(name="kumiko-running-marker", daemon=True)
         self.delay = delay
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the marker waits here for the next due entry
+        self._marked = threading.Condition(lock)  # job threads wait here for their run's mark
+        self._marking: int | None = None  # the job thread whose run is being marked
         self._pending: dict[int, Pending] = {}  # job thread -> its run, until marked or finishing
         self._due: list[tuple[float, int, int]] = []  # (due, sequence, job thread), a heap
         self._sequence = 0
@@ -72,10 +78,15 @@ class RunningMarker(threading.Thread):
                 self._cond.notify()
 
     def finishing(self) -> bool:
-        """Whether this thread recorded the run's start (and sent job_started)."""
-        with self._cond:  # waits for a "running" write in flight
-            # Gone from pending: the marker took it and recorded the start.
-            return self._pending.pop(threading.get_ident(), None) is None
+        """Whether this thread's run had its start recorded (and job_started sent) by the marker;
+        waits for that write if it is in flight."""
+        slot = threading.get_ident()
+        with self._cond:
+            if self._pending.pop(slot, None) is not None:
+                return False  # not due yet: the outcome records the start
+            while self._marking == slot:
+                self._marked.wait()
+            return True  # gone from pending: the marker took it and recorded the start
 
     def stop(self) -> None:
         with self._cond:
@@ -84,24 +95,36 @@ class RunningMarker(threading.Thread):
 
     def run(self) -> None:
         try:
-            with self._cond:
-                while not self._stopped:
-                    due = self._next_due()
-                    if due is None:
-                        self._cond.wait()
-                        continue
-                    at, slot = due
-                    wait = at - time.monotonic()
-                    if wait > 0:
-                        self._cond.wait(wait)
-                        continue
-                    heapq.heappop(self._due)
-                    meta, start, _sequence = self._pending.pop(slot)
-                    # Under the lock, so job_started precedes the outcome's signals
-                    # (finishing() waits).
+            while (taken := self._take_due()) is not None:
+                meta, start = taken
+                try:
+                    # Outside the lock; the run's own finishing() waits for it.
                     mark_running(meta, start)
+                finally:
+                    with self._cond:
+                        self._marking = None
+                        self._marked.notify_all()
         finally:
             connections.close_all()  # this thread's own connections
+
+    def _take_due(self) -> tuple[JobMeta, attempt_records.Started] | None:
+        """Wait for the next run due to be marked and take it (None: stopped)."""
+        with self._cond:
+            while not self._stopped:
+                due = self._next_due()
+                if due is None:
+                    self._cond.wait()
+                    continue
+                at, slot = due
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._due)
+                meta, start, _sequence = self._pending.pop(slot)
+                self._marking = slot
+                return meta, start
+            return None
 
     def _next_due(self) -> tuple[float, int] | None:
         """The earliest run still waiting to be marked (entries of finished runs are dropped)."""
