@@ -110,3 +110,20 @@ def text_of(exc: BaseException) -> str:
     except Exception as broken:
         return f"<str() of {type(exc).__name__} raised {type(broken).__name__}>"
     return text if isinstance(text, str) else f"<str() of {type(exc).__name__} gave no str>"
+
+
+# Set on an exception that must end its run at once though its class is not UnrecoverableError:
+# a Django task's return value that cannot be stored stays a plain TypeError, as Django's own
+# backends report it, and retrying would only run the task's side effects again.
+_FINAL = "_kumiko_jobs_final"
+
+
+def marked_final[E: BaseException](exc: E) -> E:
+    """``exc``, marked to fail its run without further retries (see ``is_final``)."""
+    setattr(exc, _FINAL, True)
+    return exc
+
+
+def is_final(exc: BaseException) -> bool:
+    """Whether ``exc`` fails its run at once: UnrecoverableError, or marked by ``marked_final``."""
+    return isinstance(exc, UnrecoverableError) or getattr(exc, _FINAL, False) is True

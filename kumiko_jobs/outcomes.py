@@ -28,7 +28,14 @@ from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
 from kumiko_jobs.context import cut_line
 from kumiko_jobs.definitions import JobDefinition
-from kumiko_jobs.exceptions import MalformedJob, StaleAttempt, UnknownJob, UnrecoverableError, text_of
+from kumiko_jobs.exceptions import (
+    MalformedJob,
+    StaleAttempt,
+    UnknownJob,
+    UnrecoverableError,
+    is_final,
+    text_of,
+)
 from kumiko_jobs.flows import cap_of
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
@@ -170,7 +177,7 @@ def failed_attempt(
     trace_text = storable_text(scrub("".join(tb.format_exception(exc))))
     record_failure(exc, message, trace_text)
     max_attempts = meta.max_attempts + extra_attempts
-    final = isinstance(exc, UnrecoverableError | UnknownJob) or meta.attempt >= max_attempts
+    final = is_final(exc) or isinstance(exc, UnknownJob) or meta.attempt >= max_attempts
     # The record's error and traceback keep the whole text; its log line, which every attempt
     # adds and each retry reads back, is cut as ctx.log lines are.
     line: LogLine = {

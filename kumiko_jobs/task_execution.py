@@ -28,7 +28,7 @@ from django.utils.json import normalize_json
 
 from kumiko_jobs.async_handlers import run_coroutine
 from kumiko_jobs.conf import get_config
-from kumiko_jobs.exceptions import InvalidPayload
+from kumiko_jobs.exceptions import InvalidPayload, marked_final
 from kumiko_jobs.task_payloads import decode_call
 from kumiko_jobs.timeouts import enforce_timeout
 from kumiko_jobs.validation import validate_payload
@@ -104,21 +104,26 @@ def run_task(payload: dict[str, Any], ctx: JobContext) -> Any:
 def json_return_value(path: str, value: Any) -> Any:
     """``value`` as Django normalises it (tuples become lists) and as JSON stores it (keys
     become strings, as a JSONField writes ``{1: "a"}``), if a run record can store it;
-    TypeError naming the problem otherwise (the attempt fails, as with Django's backends)."""
+    TypeError naming the problem otherwise: the run fails, as with Django's backends, and is
+    not retried (the task ran; another attempt would only repeat its side effects)."""
     try:
         normalised = json.loads(json.dumps(normalize_json(value)))
         validate_payload({"return": normalised})
     except (TypeError, ValueError) as exc:
         problem = exc.problem if isinstance(exc, InvalidPayload) else str(exc)
-        raise TypeError(
-            f"Task {path!r} returned a value that is not JSON ({problem}); return str, int, float, "
-            "bool, None, or lists and dicts of them, e.g. an id instead of a model instance."
+        raise marked_final(
+            TypeError(
+                f"Task {path!r} returned a value that is not JSON ({problem}); return str, int, "
+                "float, bool, None, or lists and dicts of them, e.g. an id instead of a model instance."
+            )
         ) from exc
     limit = int(get_config()["MAX_PAYLOAD_BYTES"])
     if normalised is not None and len(json.dumps(normalised)) > limit:
-        raise TypeError(
-            f"Task {path!r} returned a value over KUMIKO_JOBS['MAX_PAYLOAD_BYTES'] = {limit:,} bytes "
-            "of JSON; store large results elsewhere and return their id."
+        raise marked_final(
+            TypeError(
+                f"Task {path!r} returned a value over KUMIKO_JOBS['MAX_PAYLOAD_BYTES'] = {limit:,} "
+                "bytes of JSON; store large results elsewhere and return their id."
+            )
         )
     return normalised
 

@@ -13,6 +13,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from kumiko_jobs import dispatch
 from kumiko_jobs.backends import KumikoTaskBackend
+from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.models import JobRun, RunStatus
 from kumiko_jobs.registry import registry
 from kumiko_jobs.retrying import retry_failed
@@ -105,6 +106,16 @@ def test_return_values_are_json() -> None:
     assert bad.status == TaskResultStatus.FAILED
     assert bad.errors[0].exception_class is TypeError
     assert "returned a value that is not JSON (nan is not representable in JSON)" in bad.errors[0].traceback
+
+
+def test_a_return_value_that_cannot_be_stored_fails_the_task_without_retries() -> None:
+    """The task ran and did its work: another attempt would only do it again."""
+    result = tasks.returns_a_set_once.enqueue()
+    assert drain() == {"failed": 1}
+    result.refresh()
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+    assert result.errors[0].exception_class is TypeError  # as Django's own backends report it
+    assert get_redis().get(f"{get_keys().prefix}:returns_a_set_once") == b"1"
 
 
 def test_a_return_value_is_stored_as_json_stores_it() -> None:

@@ -152,6 +152,13 @@ def returns_nan() -> float:
     return float("nan")
 
 
+@task(retries=2, backoff=Backoff("fixed", delay_ms=10))
+def returns_a_set_once() -> set[int]:
+    """Returns a value no run record can store; counts its calls (a retry would call it again)."""
+    get_redis().incr(f"{get_keys().prefix}:returns_a_set_once")
+    return {1}
+
+
 @task()
 def returns_int_keys() -> dict[int, str]:
     return {1: "one"}
