@@ -89,22 +89,23 @@ class _DatabaseThread(ThreadPoolExecutor):
         """After a job's last call here: leave its activator and tidy the connection if the job
         used it, as one task behind the job's calls (None: nothing to do)."""
         self._activation = None
-        active, self._active = self._active, None
         used, self.used = self.used, False
-        if active is None and not used:
-            return None
+        if not used:
+            return None  # no call of the job came here: nothing was activated either
 
         def run() -> None:
+            # Read here, behind the job's calls: a handler cancelled while its first call was
+            # still entering the activator left it to be set after wind_down() was called.
+            active, self._active = self._active, None
             try:
                 if active is not None:
                     # Left in the context it was entered in: a context variable's reset needs it.
                     context, stack = active
                     context.run(stack.close)
             finally:
-                if used:
-                    from kumiko_jobs.db_connections import tidy_after_job
+                from kumiko_jobs.db_connections import tidy_after_job
 
-                    tidy_after_job()
+                tidy_after_job()
 
         return super().submit(run)
 

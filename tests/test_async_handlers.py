@@ -315,3 +315,40 @@ def test_a_handler_that_ignores_its_timeout_cancellation_is_stopped_and_its_thre
     thread.join(timeout=15)
     assert not thread.is_alive(), "the thread hangs on a handler that ignores its cancellation"
     assert outcomes == [("JobTimeout", True), 42]
+
+
+def test_an_activation_still_entering_when_the_handler_is_cancelled_is_left_with_the_job(
+    settings: Any,
+) -> None:
+    """The handler's first database call enters the activator on the database thread; cancelled
+    at its timeout while that is under way, the job must still leave the activation (its schema,
+    its scope) instead of handing it on to the thread's next call."""
+    from asgiref.sync import sync_to_async
+
+    from tests.testapp import activators
+
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "TENANT_ACTIVATOR": "tests.testapp.activators.slow_recorded",
+    }
+    activators.RECORDED.clear()
+    outcomes: list[Any] = []
+
+    async def queries() -> None:
+        await sync_to_async(lambda: None)()
+
+    def in_thread() -> None:
+        try:
+            with tenant_context("t-slow"):
+                try:
+                    run_coroutine(queries, (), timeout=0.1, job_name="tests.queries")
+                except JobTimeout:
+                    outcomes.append("timeout")
+            outcomes.append(list(activators.RECORDED))
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread, daemon=True)
+    thread.start()
+    thread.join(timeout=15)
+    assert outcomes == ["timeout", [("enter", "t-slow"), ("exit", "t-slow")]]
