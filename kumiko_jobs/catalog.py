@@ -92,9 +92,12 @@ def zones_in_use() -> list[str]:
 
 def last_success(job_name: str) -> datetime | None:
     # Newest succeeded run by queue time: an index range scan (kj_run_job_status) instead of a
-    # MAX(finished_at) over every succeeded run of the job.
+    # MAX(finished_at) over every succeeded run of the job. Of this deployment (QUEUE_PREFIX):
+    # every job id it makes starts with its id tag, and a database may be shared by several.
     return (
-        JobRun.objects.filter(job_name=job_name, status=RunStatus.SUCCEEDED)
+        JobRun.objects.filter(
+            job_name=job_name, status=RunStatus.SUCCEEDED, job_id__startswith=f"{get_keys().id_tag}-"
+        )
         .order_by("-queued_at")
         .values_list("finished_at", flat=True)
         .first()

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from kumiko_jobs.cli.base import Output, Subcommand
-from kumiko_jobs.exceptions import InvalidPayload, InvalidTenant, QueueUnavailable, UnknownJob
+from kumiko_jobs.exceptions import InvalidPayload, InvalidTenant, UnknownJob
 
 TRIGGER_NAME = "manual"
 
@@ -49,8 +49,9 @@ class Trigger(Subcommand):
             result = dispatch(options["job"], payload, tenant=options["tenant"], trigger_name=TRIGGER_NAME)
         except UnknownJob as exc:
             raise CommandError(f"{exc} `manage.py jobs list` shows every job.") from exc
-        except (InvalidPayload, InvalidTenant, QueueUnavailable) as exc:
+        except (InvalidPayload, InvalidTenant) as exc:
             raise CommandError(str(exc)) from exc
+        # QueueUnavailable is reported by the command (jobs.py), as every Redis failure is.
         if result.status != "queued":
             raise CommandError(
                 f"{result.job_name} was not queued: {result.status} ({result.reason}). Its concurrency "

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from kumiko_jobs.cli import SUBCOMMANDS
 from kumiko_jobs.cli.base import Output
+from kumiko_jobs.conf import redis_description
+from kumiko_jobs.exceptions import QueueUnavailable
+from kumiko_jobs.pushing import REDIS_FAILURES
 
 
 class Command(BaseCommand):
@@ -32,3 +36,29 @@ class Command(BaseCommand):
                 f"The database refused the query ({exc.__class__.__name__}: {exc}). "
                 "Check DATABASES and run `manage.py migrate`."
             ) from exc
+        # Every subcommand's Redis failure ends here as one line, not a traceback: no answer or a
+        # refusal (pushing.REDIS_FAILURES), and the QueueUnavailable dispatch makes of them.
+        except (QueueUnavailable, *REDIS_FAILURES) as exc:
+            raise CommandError(f"jobs {subcommand.name}: {redis_failure(exc)}") from exc
+
+
+def redis_failure(exc: Exception) -> str:
+    """One line: where (the URL without its password), what Redis said, what to do."""
+    if isinstance(exc, QueueUnavailable):
+        return str(exc)  # a push's: it names Redis, and a refusal's own hint (pushing.unavailable)
+    where = f"Redis at {redis_description()}"
+    said = " ".join(str(exc).split())  # a script error's text spans lines
+    if isinstance(exc, redis.AuthenticationError):
+        return (
+            f"{where} refused the credentials ({said}). "
+            "Check the user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)."
+        )
+    if isinstance(exc, redis.ResponseError):
+        return (
+            f"{where} refused a command ({said}). Point KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL) "
+            "at the primary, as a user allowed to read and write kumiko's keys."
+        )
+    return (
+        f"{where} did not answer ({said}). Check that Redis runs and that KUMIKO_JOBS['REDIS'] "
+        "(or env KUMIKO_REDIS_URL) points at it."
+    )
