@@ -294,9 +294,19 @@ def unavailable(exc: Exception, *, sent: bool = False) -> QueueUnavailable:
             )
         elif isinstance(exc, redis.exceptions.OutOfMemoryError):
             hint = " Redis is at its maxmemory under maxmemory-policy noeviction: give it memory."
+        elif isinstance(exc, redis.exceptions.NoPermissionError):
+            hint = (
+                " The Redis user of KUMIKO_JOBS['REDIS'] may not run that command (ACL): allow it "
+                "kumiko's keys and commands."
+            )
         else:
             hint = _REFUSAL_HINTS.get(str(exc).split(" ", 1)[0], "")
         return QueueUnavailable(f"{where} refused the push ({exc}); nothing was enqueued or recorded.{hint}")
+    if isinstance(exc, redis.AuthenticationError):  # a ConnectionError, but Redis did answer
+        return QueueUnavailable(
+            f"{where} refused the credentials ({exc}); nothing was enqueued or recorded. Check the "
+            "user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)."
+        )
     if isinstance(exc, redis.TimeoutError) or sent:
         # The command may have run, or still run when Redis recovers; then its worker records
         # and runs it.

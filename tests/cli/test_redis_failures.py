@@ -92,12 +92,14 @@ def test_a_redis_that_refuses_the_commands(settings: Any, refusing_user: str, ar
 
     assert f"Redis at redis://{refusing_user}:***@127.0.0.1:6379/0 refused" in message
     assert "no permissions to run the" in message
+    assert "allow" in message  # what to do about it: a hint for every subcommand, trigger's too
 
 
-def test_a_redis_that_refuses_the_credentials(settings: Any) -> None:
+@pytest.mark.parametrize("args", SUBCOMMANDS, ids=" ".join)
+def test_a_redis_that_refuses_the_credentials(settings: Any, args: tuple[str, ...]) -> None:
     use_redis(settings, f"redis://kj-nobody:{PASSWORD}@127.0.0.1:6379/0")
 
-    message = failure_of("stats")
+    message = failure_of(*args)
 
     assert "Redis at redis://kj-nobody:***@127.0.0.1:6379/0 refused the credentials" in message
     assert "Check the user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)" in message
