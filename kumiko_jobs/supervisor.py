@@ -8,8 +8,11 @@ backoff after a crash within STARTUP_WINDOW of its start; children that keep dyi
 supervisor stop everything and exit 1, since a broken deploy must not spin. SIGTERM/SIGINT are
 forwarded to every child (each finishes its running jobs); a second signal kills them. SIGHUP
 replaces every child once its running jobs finish (a deploy's reload: the new children import
-the code on disk now). ``--max-memory MB`` recycles a child whose resident memory exceeds MB
-(SIGTERM: it finishes its jobs first).
+the code on disk now, so they run the lane's boot gates themselves). ``--max-memory MB``
+recycles a child whose resident memory exceeds MB (SIGTERM: it finishes its jobs first).
+
+The supervisor passes the lane's boot gates before it starts any child; the children that run
+the code it imported itself skip them (GATES_PASSED_ENV, read by ``gates_passed_by_supervisor``).
 
 Each child runs in a session of its own, so a terminal's Ctrl-C reaches it once, through the
 supervisor, and not twice. A signal for the supervisor's process group therefore never reaches
@@ -37,9 +40,14 @@ STARTUP_WINDOW = 10.0
 MAX_STARTUP_FAILURES = 5
 MAX_BACKOFF = 30.0
 MEMORY_CHECK_INTERVAL = 5.0
-_OWN_OPTIONS = {"--processes": True, "--max-memory": True}  # option -> takes a value
+# The supervisor's own options, left out of its children's command line (option -> takes a
+# value). --name is not one of them: each child gets a name of its own made from it.
+_OWN_OPTIONS = {"--processes": True, "--max-memory": True}
 # In each child's environment: its supervisor's pid, for watch_supervisor.
 SUPERVISOR_PID_ENV = "KUMIKO_JOBS_SUPERVISOR_PID"
+# In a child's environment: "<lane>:<supervisor pid>", the lane whose boot gates its supervisor
+# passed before starting it, so the child does not run them again.
+GATES_PASSED_ENV = "KUMIKO_JOBS_BOOT_GATES_PASSED"
 # How often a child looks for its supervisor: a getppid() call, nothing else.
 SUPERVISOR_CHECK_INTERVAL = 1.0
 # A supervised child's exit after its --max-jobs: replaced at once, under --burst too (there
@@ -63,29 +71,33 @@ class Child:
 
 def child_command(argv: list[str], slot: int) -> list[str]:
     """The interpreter's own command line without the supervisor's options, with a name per
-    slot (so a restarted child is recognisable in logs and dashboards)."""
-    args, skip, name = [], False, None
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        option = arg.split("=", 1)[0]
-        if option in _OWN_OPTIONS:
-            skip = "=" not in arg and _OWN_OPTIONS[option]
-            continue
-        args.append(arg)
-    if "--name" in args:
-        index = args.index("--name")
-        name = args[index + 1]
-        del args[index : index + 2]
+    slot (so a restarted child is recognisable in logs and dashboards). Options are read as
+    argparse reads them: ``--option value`` or ``--option=value``, the last ``--name`` winning."""
+    args: list[str] = []
+    name: str | None = None
+    tokens = iter(argv)
+    for arg in tokens:
+        option, joined, value = arg.partition("=")
+        if option == "--name":
+            name = value if joined else next(tokens, None)
+        elif option in _OWN_OPTIONS:
+            if _OWN_OPTIONS[option] and not joined:
+                next(tokens, None)  # its value
+        else:
+            args.append(arg)
     base = name or f"{os.uname().nodename}-{os.getpid()}"
     return [sys.executable, *args, "--name", f"{base}-p{slot}"]
 
 
 class Supervisor:
-    def __init__(self, processes: int, argv: list[str], *, max_memory_mb: int | None, burst: bool) -> None:
+    def __init__(
+        self, processes: int, argv: list[str], *, gated_lane: str, max_memory_mb: int | None, burst: bool
+    ) -> None:
         self.processes = processes
         self.argv = argv
+        self.gated_lane = gated_lane  # whose boot gates this process passed before supervising
+        # After a SIGHUP the children import newer code than the gates passed with.
+        self.reloaded = False
         self.max_memory = max_memory_mb * 1024 * 1024 if max_memory_mb else None
         self.burst = burst
         self.children: list[Child] = []
@@ -116,6 +128,13 @@ class Supervisor:
     def _start(self, slot: int, failures: int = 0) -> Child:
         # Our own interpreter and command line: nothing here comes from outside the process.
         environment = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
+        # The gates passed here, with the code this process imported: they vouch for the
+        # children that run that code (the first ones and their replacements), not for those
+        # started after a SIGHUP, a deploy's reload of newer code (its gates may fail: "the
+        # schema is behind"). So the mark goes into each child's environment, not into ours,
+        # where every later child would inherit it.
+        if not self.reloaded:
+            environment[GATES_PASSED_ENV] = f"{self.gated_lane}:{os.getpid()}"
         proc = subprocess.Popen(child_command(self.argv, slot), env=environment, start_new_session=True)  # noqa: S603
         return Child(slot, proc, time.monotonic(), failures)
 
@@ -188,6 +207,7 @@ class Supervisor:
         logger.info(
             "supervisor: SIGHUP received: restarting the worker processes once their running jobs finish"
         )
+        self.reloaded = True
         for child in self.children:
             self._recycle(child)
 
@@ -271,5 +291,16 @@ def watch_supervisor() -> bool:
     return True
 
 
-def supervise(processes: int, argv: list[str], *, max_memory_mb: int | None, burst: bool) -> int:
-    return Supervisor(processes, argv, max_memory_mb=max_memory_mb, burst=burst).run()
+def gates_passed_by_supervisor(lane: str) -> bool:
+    """Whether this process's supervisor passed ``lane``'s boot gates for it. Reads and removes
+    GATES_PASSED_ENV, so the processes its jobs start (a ``runjobs`` among them) do not inherit
+    it; it counts only in a child of the supervisor that set it, so a copy of it that reached
+    any other process (an environment captured before this ran) runs the gates all the same."""
+    value = os.environ.pop(GATES_PASSED_ENV, None)
+    return value == f"{lane}:{os.getppid()}"
+
+
+def supervise(
+    processes: int, argv: list[str], *, gated_lane: str, max_memory_mb: int | None, burst: bool
+) -> int:
+    return Supervisor(processes, argv, gated_lane=gated_lane, max_memory_mb=max_memory_mb, burst=burst).run()

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +50,23 @@ def test_children_get_the_command_line_without_the_supervisors_options_and_a_nam
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--processes", "3", "--max-memory", "400", "--name", "box"],
+        ["--processes=3", "--max-memory=400", "--name=box"],
+        ["--name", "other", "--processes=3", "--name=box"],  # the last --name wins, as in argparse
+    ],
+)
+def test_an_option_given_with_an_equals_sign_is_read_as_one_given_apart(options: list[str]) -> None:
+    """``--name=box`` stayed on the child's command line before, followed by the generated
+    ``--name <host>-<pid>-p2``, which argparse took: the children lost the name given."""
+    argv = ["manage.py", "runjobs", "--lane=worker", "--max-jobs=5", *options]
+    assert child_command(argv, 2) == [
+        sys.executable, "manage.py", "runjobs", "--lane=worker", "--max-jobs=5", "--name", "box-p2",
+    ]  # fmt: skip
+
+
 SLEEPER = ["-c", "import time; time.sleep(60)"]
 
 
@@ -62,7 +80,7 @@ def test_a_child_in_backoff_does_not_keep_a_failed_supervisor_running() -> None:
     """Slot 1 dies at start-up for the fifth time while slot 2 waits out its own backoff: the
     supervisor stops everything and its loop ends (before, slot 2 stayed listed, waiting for a
     restart that stopping forbade, and the supervisor never exited 1)."""
-    supervisor = Supervisor(2, SLEEPER, max_memory_mb=None, burst=False)
+    supervisor = Supervisor(2, SLEEPER, gated_lane="worker", max_memory_mb=None, burst=False)
     now = time.monotonic()
     supervisor.children = [
         Child(1, _ended(3), started=now, failures=MAX_STARTUP_FAILURES - 1),
@@ -77,7 +95,7 @@ def test_a_child_in_backoff_does_not_keep_a_failed_supervisor_running() -> None:
 def test_signals_are_acted_on_by_the_loop_not_in_the_handler() -> None:
     """A signal handler only notes the signal: one that came while the children were being
     started signalled none of them before."""
-    supervisor = Supervisor(1, SLEEPER, max_memory_mb=None, burst=False)
+    supervisor = Supervisor(1, SLEEPER, gated_lane="worker", max_memory_mb=None, burst=False)
     supervisor._note_signal(signal.SIGTERM, None)  # as if it came during the first spawn
     supervisor.children = [supervisor._start(1)]
     child = supervisor.children[0].proc
@@ -92,9 +110,73 @@ def test_signals_are_acted_on_by_the_loop_not_in_the_handler() -> None:
 
 
 def test_a_child_that_asks_for_its_replacement_is_restarted_at_once_without_counting_a_failure() -> None:
-    supervisor = Supervisor(1, SLEEPER, max_memory_mb=None, burst=False)
+    supervisor = Supervisor(1, SLEEPER, gated_lane="worker", max_memory_mb=None, burst=False)
     now = time.monotonic()
     child = Child(1, _ended(EXIT_RECYCLE), started=now, failures=2)
     supervisor.children = [child]
     supervisor._tend()
     assert (child.failures, child.restart_at) == (0, pytest.approx(now, abs=1))
+
+
+def test_the_children_that_run_the_gated_code_are_told_the_gates_passed_and_no_others(tmp_path: Path) -> None:
+    """The first child and its replacement (after --max-jobs, a crash) run the code the
+    supervisor passed the gates with; a child started after a SIGHUP (a deploy's reload) runs
+    newer code and must pass them itself. Before, the supervisor put the mark into its own
+    environment, so every child it ever started inherited it."""
+    from kumiko_jobs.supervisor import GATES_PASSED_ENV
+
+    seen = tmp_path / "seen"
+    script = f"import os, sys; open(sys.argv[1], 'w').write(os.environ.get({GATES_PASSED_ENV!r}, 'absent'))"
+    supervisor = Supervisor(
+        1, ["-c", script, str(seen)], gated_lane="worker", max_memory_mb=None, burst=False
+    )
+
+    def mark_of_next_child() -> str:
+        supervisor._tend()  # the child (which exits at once) is noted as exited: restarted now
+        supervisor._tend()
+        [child] = supervisor.children
+        assert child.proc.wait(timeout=10) == 0
+        return seen.read_text()
+
+    supervisor.children = [supervisor._start(1)]
+    assert supervisor.children[0].proc.wait(timeout=10) == 0
+    assert seen.read_text() == f"worker:{os.getpid()}"
+    assert mark_of_next_child() == f"worker:{os.getpid()}"
+    supervisor._note_signal(signal.SIGHUP, None)
+    supervisor._act_on_signals()
+    assert mark_of_next_child() == "absent"
+    assert GATES_PASSED_ENV not in os.environ
+
+
+# A supervised child, with this test's process as its supervisor: it reads the mark, then starts
+# two processes of its own, one with its environment and one with a copy taken before the read
+# (as a project's settings module may take one, and hand it to the processes its jobs start).
+CHILD = """
+import os, subprocess, sys
+from kumiko_jobs.supervisor import gates_passed_by_supervisor
+captured = dict(os.environ)
+print(gates_passed_by_supervisor("worker"))
+grandchild = "from kumiko_jobs.supervisor import gates_passed_by_supervisor as g; print(g('worker'))"
+for environment in (None, captured):
+    subprocess.run([sys.executable, "-c", grandchild], env=environment, check=True)
+"""
+
+
+def test_the_gates_mark_counts_in_its_supervisors_child_only_never_in_the_processes_it_starts() -> None:
+    """Before, a worker process kept the mark in its environment, so a ``runjobs`` one of its
+    jobs started inherited it and skipped its database check and its gates."""
+    from kumiko_jobs.supervisor import GATES_PASSED_ENV
+
+    environment = {**os.environ, GATES_PASSED_ENV: f"worker:{os.getpid()}"}
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    # The child's own read; then none inherited, and the copy names a process that is not the
+    # grandchild's parent.
+    assert child.stdout.split() == ["True", "False", "False"]

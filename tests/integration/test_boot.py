@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -114,3 +115,44 @@ def test_a_supervisor_whose_gate_fails_starts_no_child(start_worker: Any, traces
         supervisor.output().splitlines()
     )
     assert len(traces("gate_fail")) == 1
+
+
+def test_the_children_a_sighup_starts_pass_the_gates_themselves(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, traces: Any
+) -> None:
+    """A deploy's reload: the new children import newer code than the supervisor passed the
+    gates with (a gate may now find the schema behind), so each passes them itself. Before, the
+    supervisor's own environment told every child it ever started that the gates had passed."""
+    from kumiko_jobs.connection import get_keys
+
+    supervisor = start_worker(
+        "worker", "--processes", "2", env={"KUMIKO_TEST_SCHEDULES": "gate_ok"}, wait=False
+    )
+    names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+    wait_until(
+        lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
+    )
+    assert len(traces("gate_ok")) == 1
+    supervisor.signal(signal.SIGHUP)
+
+    wait_until(lambda: len(traces("gate_ok")) >= 3, 30, "a gate in each new child")
+    gates = traces("gate_ok")
+    assert gates[0]["pid"] == supervisor.pid
+    assert len({g["pid"] for g in gates[1:]} - {supervisor.pid}) == 2
+    succeeded = JobRun.objects.filter(job_name="tests.gate_ok", status=RunStatus.SUCCEEDED)
+    wait_until(lambda: succeeded.count() == 3, 10, "the gates' rows")
+
+
+def test_a_gates_mark_does_not_skip_the_gates_of_a_runjobs_no_supervisor_started(start_worker: Any) -> None:
+    """The mark as a worker process kept it before, where a ``runjobs`` one of its jobs started
+    inherited it: that process took jobs without its database check and its gates."""
+    from kumiko_jobs.supervisor import GATES_PASSED_ENV
+
+    worker = start_worker(
+        "worker",
+        "--burst",
+        env={GATES_PASSED_ENV: "worker", "KUMIKO_TEST_SCHEDULES": "gate_fail"},
+        wait=False,
+    )
+
+    assert worker.wait(30) == BOOT_GATE_FAILED

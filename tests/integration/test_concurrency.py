@@ -106,6 +106,21 @@ def test_supervisor_replaces_a_killed_worker_process_and_its_run_is_retried(
     assert supervisor.wait(timeout=30) == 0
 
 
+def test_a_supervisors_options_given_with_an_equals_sign_name_its_children(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str
+) -> None:
+    """start_worker names the supervisor with ``--name X``; the ``--name=`` after it is the
+    name argparse keeps, so its children must be named after it too (before, they were named
+    after the host and the supervisor's pid)."""
+    supervisor = start_worker("worker", f"--name={kumiko_prefix}-box", "--processes=2", env=FAST, wait=False)
+    names = [f"{kumiko_prefix}-box-p{slot}" for slot in (1, 2)]
+    wait_until(
+        lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
+    )
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+
+
 def test_supervisor_stops_when_workers_keep_dying_at_start_up(start_worker: Any) -> None:
     supervisor = start_worker(
         "worker", "--processes", "2", env={"KUMIKO_CRASH_AT": "worker:start"}, wait=False

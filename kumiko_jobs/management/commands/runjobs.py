@@ -5,8 +5,9 @@ it instead, since its supervisor reached it), the database reachable and
 migrated (database_ready.py; else fail at once), the lane's boot gates inline
 (exit status 3 on failure), its boot jobs (once per dataset and release), then the scheduler
 thread (stamps; leader election unless --no-scheduler) and the worker loop. With --processes
-the supervisor passes the gates once, before it starts any child; each child runs a scheduler
-thread of its own (they elect one leader among them and every other process of the lane).
+the supervisor passes the gates once, before it starts any child (the children a SIGHUP starts,
+with newer code, pass them again themselves); each child runs a scheduler thread of its own
+(they elect one leader among them and every other process of the lane).
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from kumiko_jobs.definitions import LANES
 
 # Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
 BOOT_GATE_FAILED = 3
-# Set by a supervisor for its children: this lane's gates passed in the supervisor.
-GATES_PASSED_ENV = "KUMIKO_JOBS_BOOT_GATES_PASSED"
 
 
 # Job threads a process may run. Past it, a typo (--threads 10000) failed halfway through
@@ -104,29 +103,31 @@ class Command(BaseCommand):
         from kumiko_jobs.database_ready import database_problem
         from kumiko_jobs.scheduling.boot_jobs import dispatch_boot_jobs
         from kumiko_jobs.scheduling.loop import SchedulerThread
-        from kumiko_jobs.supervisor import EXIT_MAX_JOBS, watch_supervisor
+        from kumiko_jobs.supervisor import EXIT_MAX_JOBS, gates_passed_by_supervisor, watch_supervisor
         from kumiko_jobs.worker import LaneWorker
 
         verbosity = int(options["verbosity"])
         worker_logging.configure(verbosity)
         supervised = watch_supervisor()
-        self._reach_redis(waiting=supervised, worker=options["name"] or "")
         lane = options["lane"]
+        # Removed at once, also in a process that goes on to supervise: nothing it starts inherits it.
+        gates_passed = gates_passed_by_supervisor(lane)
+        self._reach_redis(waiting=supervised, worker=options["name"] or "")
         # A supervisor's children: their supervisor checked (each child's start-up counts).
-        if os.environ.get(GATES_PASSED_ENV) != lane and (problem := database_problem()):
-            raise CommandError(problem)
-        self._pass_boot_gates(lane, options["name"] or f"{os.uname().nodename}-{os.getpid()}")
+        if not gates_passed:
+            if problem := database_problem():
+                raise CommandError(problem)
+            self._pass_boot_gates(lane, options["name"] or f"{os.uname().nodename}-{os.getpid()}")
         dispatch_boot_jobs(lane)
         if options["processes"] > 1 or options["max_memory"]:
             from kumiko_jobs.supervisor import supervise
 
-            # The gates passed here: the children (this command again) take jobs at once.
-            os.environ[GATES_PASSED_ENV] = lane
             # The supervisor writes nothing more; its connection would sit idle for its life.
             connections.close_all()
             code = supervise(
                 options["processes"],
                 sys.orig_argv[1:],
+                gated_lane=lane,  # the gates passed here: its children take jobs at once
                 max_memory_mb=options["max_memory"],
                 burst=options["burst"],
             )
@@ -173,13 +174,11 @@ class Command(BaseCommand):
             return
 
     def _pass_boot_gates(self, lane: str, worker: str) -> None:
-        """Run the lane's boot gates (once per supervisor, not again in its children); exit
-        with status 3 and ``boot gate <name> failed: <reason>`` on stderr if one fails."""
+        """Run the lane's boot gates; exit with status 3 and ``boot gate <name> failed:
+        <reason>`` on stderr if one fails."""
         from kumiko_jobs.exceptions import BootGateFailed
         from kumiko_jobs.scheduling.boot_gates import run_boot_gates
 
-        if os.environ.get(GATES_PASSED_ENV) == lane:
-            return
         try:
             run_boot_gates(lane, worker=worker)
         except BootGateFailed as exc:
