@@ -103,6 +103,7 @@ def prepare(
         retry_of=retry_of,
         now=now,
         encoded=encoded,
+        run_uuid=run_id,
     )
 
 
@@ -120,6 +121,7 @@ def prepared_from_meta(
     now: datetime | None = None,
     encoded: Encoded | None = None,
     queued_at: datetime | None = None,
+    run_uuid: uuid.UUID | None = None,
 ) -> PreparedJob:
     """The job hash and row of a run whose meta is known (a new run, or one pushed again from
     its record, dispatched at ``queued_at``: a late push, see PreparedJob.late)."""
@@ -128,7 +130,7 @@ def prepared_from_meta(
     now = now or timezone.now()
     seconds = max(delay, gates.debounce_seconds)
     run_at = now.timestamp() + seconds if seconds > 0 else 0.0
-    run_id = uuid.UUID(meta.run_id)
+    run_id = run_uuid or uuid.UUID(meta.run_id)  # ``run_uuid``: meta.run_id parsed already
     jid = job_id or f"{keys.id_tag}-{run_id.hex}"
     encoded = encoded or encode(meta.job_name, payload)
     fields = job_fields(
