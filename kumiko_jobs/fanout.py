@@ -39,12 +39,12 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 
 def child_job_id(wrapper_job_id: str, tenant_id: str) -> str:
-    """A fan-out child's job id: the tenant id itself where it is short and plain, else its
-    hash under a marker of its own ("-h-"), so no tenant whose id is a hash's text can take
-    another tenant's child id (the second child would be skipped as already queued)."""
-    if _SAFE_ID.match(tenant_id):
-        return f"{wrapper_job_id}-t-{tenant_id}"
-    return f"{wrapper_job_id}-h-{hashlib.sha1(tenant_id.encode(), usedforsecurity=False).hexdigest()[:20]}"
+    part = (
+        tenant_id
+        if _SAFE_ID.match(tenant_id)
+        else hashlib.sha1(tenant_id.encode(), usedforsecurity=False).hexdigest()[:20]
+    )
+    return f"{wrapper_job_id}-t-{part}"
 
 
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

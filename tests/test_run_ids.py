@@ -48,14 +48,3 @@ def test_the_longest_job_ids_the_package_makes_fit_their_columns() -> None:
     }
     assert (len(wrapper), len(child), len(plain)) == (106, 149, 104)
     assert all(len(child) <= width for width in widths.values() if width is not None), widths
-
-
-def test_a_tenant_id_that_is_a_hash_text_never_takes_a_hashed_tenants_child_id() -> None:
-    import hashlib
-
-    from kumiko_jobs.fanout import child_job_id
-
-    hashed = "acme:eu-west"  # not a plain id: its child id carries its hash
-    look_alike = hashlib.sha1(hashed.encode(), usedforsecurity=False).hexdigest()[:20]
-    assert child_job_id("w", hashed) != child_job_id("w", look_alike)
-    assert child_job_id("w", look_alike) == f"w-t-{look_alike}"  # plain ids stay readable
