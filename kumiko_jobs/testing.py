@@ -27,23 +27,30 @@ logger = logging.getLogger("kumiko_jobs")
 
 
 class DrainTimeout(AssertionError):
-    """drain() ran out of its timeout with jobs still ready to run: more work than the timeout
-    allows, or a job that dispatches itself without end. An AssertionError: in a test, a failure."""
+    """drain() still had jobs ready to run at its ``limit``: more work than the limit allows, or
+    a job that dispatches itself without end. An AssertionError: in a test, a failure."""
 
 
 class Drained(dict[str, int]):
     """drain()'s counts by outcome (a plain dict to compare), and ``waiting``: the runs still
-    scheduled when it returned (a retry or deferral due after its timeout), which it did not run."""
+    scheduled when it returned (retries, deferrals or delayed dispatches due after its timeout),
+    which it did not run."""
 
     waiting: int = 0
 
 
-def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> Drained:
+# drain()'s default limit on running ready jobs, at least: a short ``timeout`` (how long to wait
+# for delayed runs) must not cut off ready work on a loaded machine.
+RUN_LIMIT = 10.0
+
+
+def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES, *, limit: float | None = None) -> Drained:
     """Run every queued job of both lanes, and delayed ones (retries, deferrals) that fall due
     within ``timeout`` seconds, in this process. Returns counts by outcome, e.g.
     ``{"succeeded": 3, "retried": 1, "failed": 1}``; its ``waiting`` counts the runs left
-    scheduled past the timeout (also logged as a warning). Jobs still ready to run when the
-    timeout is over (a job that dispatches itself again and again) raise ``DrainTimeout``.
+    scheduled past the timeout (also logged as a warning). Jobs still ready to run after
+    ``limit`` seconds (default: ``timeout``, at least RUN_LIMIT) raise ``DrainTimeout``: a job
+    that dispatches itself again and again fails the test instead of hanging it.
 
     Jobs dispatched inside a test's transaction reach Redis on commit: use a
     ``transactional_db`` test, or pytest-django's ``django_capture_on_commit_callbacks(execute=True)``.
@@ -52,7 +59,9 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> Drained:
     """
     client, keys = get_redis(), get_keys()
     counts: Counter[str] = Counter()
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    run_deadline = started + (max(timeout, RUN_LIMIT) if limit is None else limit)
     try:
         while True:
             ran = False
@@ -65,7 +74,7 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> Drained:
                 while job := finish_and_claim(client, keys, lane, claim=claim):
                     count_claims(client, keys, lane, 1)
                     member = f"{job.job_id}:drain"
-                    if time.monotonic() > deadline:
+                    if time.monotonic() > run_deadline:
                         # Back to the front of its flow, unstarted, as a stopping worker gives
                         # back its ready jobs: the test fails, and the run is not lost.
                         finish_and_claim(
@@ -75,10 +84,10 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> Drained:
                             Finished(job.job_id, member, given_back(job.job_id, job.meta_raw)),
                         )
                         raise DrainTimeout(
-                            f"drain() still had jobs to run after its timeout of {timeout:g}s "
+                            f"drain() still had jobs to run after its limit of {run_deadline - started:g}s "
                             f"(it ran {dict(counts) or 'none'}; next: {job.job_id} on lane {lane!r}): "
                             "a job that dispatches itself without end, or more work than the "
-                            "timeout allows (pass a larger timeout=)"
+                            "limit allows (pass a larger limit=)"
                         )
                     outcome = run_claimed(job, worker=DRAIN_WORKER, consumer_lane=lane)
                     finish_and_claim(client, keys, lane, Finished(job.job_id, member, outcome))
@@ -100,7 +109,7 @@ def drain(timeout: float = 10.0, lanes: tuple[str, ...] = LANES) -> Drained:
     if drained.waiting:
         logger.warning(
             "kumiko_jobs: drain() returned with %d run(s) still scheduled after its timeout of %gs "
-            "(retries or deferrals due later); they did not run",
+            "(retries, deferrals or delayed dispatches due later); they did not run",
             drained.waiting,
             timeout,
         )

@@ -105,13 +105,13 @@ def test_drain_stops_a_job_that_dispatches_itself_at_its_timeout() -> None:
         registry.register(build_definition(_again, "tests.again", {}))
         dispatch("tests.again", {"n": 0})
         started = time.monotonic()
-        with pytest.raises(DrainTimeout, match=r"after its timeout of 0.3s .*dispatches itself"):
-            drain(timeout=0.3)
+        with pytest.raises(DrainTimeout, match=r"after its limit of 0.3s .*dispatches itself"):
+            drain(timeout=0.1, limit=0.3)
         assert time.monotonic() - started < 5
         # The run it claimed last went back to its flow, unstarted: the next drain takes it.
         [waiting] = JobRun.objects.filter(job_name="tests.again", status=RunStatus.QUEUED)
         with pytest.raises(DrainTimeout):
-            drain(timeout=0.1)
+            drain(limit=0.1)
         assert JobRun.objects.get(pk=waiting.pk).status == RunStatus.SUCCEEDED
 
 
@@ -126,6 +126,16 @@ def test_drain_says_which_runs_it_left_scheduled_past_its_timeout(caplog: pytest
     said = [r.getMessage() for r in caplog.records if "still scheduled" in r.getMessage()]
     assert said == [
         "kumiko_jobs: drain() returned with 1 run(s) still scheduled after its timeout of 0.2s "
-        "(retries or deferrals due later); they did not run"
+        "(retries, deferrals or delayed dispatches due later); they did not run"
     ]
     assert drain(timeout=0.05).waiting == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_short_timeout_still_runs_the_ready_jobs() -> None:
+    """``timeout`` is how long to wait for delayed runs; ready ones run whatever it says."""
+    from kumiko_jobs.testing import drain
+
+    for n in range(3):
+        dispatch("tests.record", {"n": n})
+    assert drain(timeout=0) == {"succeeded": 3}
