@@ -299,9 +299,13 @@ def _close_runner(runner: asyncio.Runner, job_name: str) -> None:
     with the loop, which is closed without them, and said so."""
     loop = runner.get_loop()
     left = asyncio.all_tasks(loop)
-    for task in left:
+    # Tasks cancelled before and still running ignored it already (_cancel_left_running waited
+    # BACKSTOP for them, or the job's timeout cancelled its handler): not waited for again.
+    cancelled_before = {task for task in left if task.cancelling()}
+    fresh = left - cancelled_before
+    for task in fresh:
         task.cancel()
-    stubborn = _wait_for_tasks(loop, left, BACKSTOP) if left else set()
+    stubborn = cancelled_before | (_wait_for_tasks(loop, fresh, BACKSTOP) if fresh else set())
     if not stubborn:
         runner.close()
         return

@@ -265,7 +265,7 @@ def test_a_task_that_ignores_its_cancellation_holds_up_neither_the_job_nor_the_n
         try:
             started = time.monotonic()
             outcomes.append(run_coroutine(leaves_one, (), timeout=5.0, job_name="tests.leaves_one"))
-            outcomes.append(time.monotonic() - started < 3)
+            outcomes.append(time.monotonic() - started < 2)  # one BACKSTOP (1 s), not two
             given_up = time.monotonic()
             outcomes.append(run_coroutine(later, (), timeout=5.0, job_name="tests.later"))
             outcomes.append([beat for beat in beats if beat > given_up])
