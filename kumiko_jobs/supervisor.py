@@ -56,6 +56,11 @@ EXIT_MAX_JOBS = 76
 # A worker's exit when it recycles itself (a stuck job, a dead thread): restart me. Replaced
 # at once, not counted as a crash.
 EXIT_RECYCLE = 75
+# A child's exit when a boot gate refused the code it runs (runjobs' BOOT_GATE_FAILED): after a
+# SIGHUP's reload, the new release must not take traffic. The supervisor stops and exits with
+# it too, instead of restarting the child until it counts as a crash loop (exit 1), so a deploy
+# script or systemd's RestartPreventExitStatus=3 sees the gate's verdict.
+EXIT_BOOT_GATE_FAILED = 3
 
 
 @dataclass
@@ -103,6 +108,7 @@ class Supervisor:
         self.children: list[Child] = []
         self.stopping = False
         self.failed = ""
+        self.exit_code = 1  # when failed: 1, or EXIT_BOOT_GATE_FAILED
         self._next_memory_check = 0.0
         self._signals: list[int] = []  # noted by _note_signal, acted on by the loop
 
@@ -122,7 +128,7 @@ class Supervisor:
             self._tend()
         if self.failed:
             logger.error("supervisor stops: %s", self.failed)
-            return 1
+            return self.exit_code
         return 0
 
     def _start(self, slot: int, failures: int = 0) -> Child:
@@ -163,6 +169,12 @@ class Supervisor:
         clean = code in (0, EXIT_MAX_JOBS, EXIT_RECYCLE) or (child.recycling and code == -signal.SIGTERM)
         # Under --burst a plain 0 means the lane was empty, unless the supervisor asked for it.
         if self.stopping or (self.burst and code == 0 and not child.recycling):
+            self.children.remove(child)
+            return
+        if code == EXIT_BOOT_GATE_FAILED and self.reloaded:
+            self.failed = f"worker process {child.slot}: a boot gate refused the reloaded code (exit {code})"
+            self.exit_code = EXIT_BOOT_GATE_FAILED
+            self._stop_all(signal.SIGTERM)
             self.children.remove(child)
             return
         quick = now - child.started < STARTUP_WINDOW

@@ -143,6 +143,28 @@ def test_the_children_a_sighup_starts_pass_the_gates_themselves(
     wait_until(lambda: succeeded.count() == 3, 10, "the gates' rows")
 
 
+def test_a_gate_that_refuses_the_reloaded_code_stops_the_supervisor_with_its_status(
+    start_worker: Any, redis_client: Any, kumiko_prefix: str, traces: Any
+) -> None:
+    """After a SIGHUP the new children's gate fails: the supervisor exits 3, as runjobs does
+    when a gate refuses a release, instead of restarting them until it calls it a crash loop."""
+    from kumiko_jobs.connection import get_keys
+
+    supervisor = start_worker(
+        "worker", "--processes", "2", env={"KUMIKO_TEST_SCHEDULES": "gate_flips"}, wait=False
+    )
+    names = [f"{kumiko_prefix}-worker-1-p{slot}" for slot in (1, 2)]
+    wait_until(
+        lambda: all(redis_client.sismember(get_keys().claimers("worker"), n) for n in names), 30, "children"
+    )
+    redis_client.set(f"{get_keys().prefix}:gate_flips", "1")  # the release on disk is now refused
+    supervisor.signal(signal.SIGHUP)
+
+    assert supervisor.wait(30) == BOOT_GATE_FAILED, supervisor.output()
+    assert "a boot gate refused the reloaded code" in supervisor.output()
+    assert len(traces("gate_flips")) in (2, 3)  # the supervisor's, then one or both new children's
+
+
 def test_a_gates_mark_does_not_skip_the_gates_of_a_runjobs_no_supervisor_started(start_worker: Any) -> None:
     """The mark as a worker process kept it before, where a ``runjobs`` one of its jobs started
     inherited it: that process took jobs without its database check and its gates."""

@@ -485,6 +485,14 @@ def gate_fail(payload: dict[str, Any], ctx: JobContext) -> None:
     raise RuntimeError("schema is behind: run migrations")
 
 
+@_declare("gate_flips", boot_gate=True)
+def gate_flips(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Passes until its key is set: a release whose gate fails once the code on disk changed."""
+    trace("gate_flips", **_ctx_fields(ctx))
+    if get_redis().exists(f"{get_keys().prefix}:gate_flips"):
+        raise RuntimeError("schema is behind: run migrations")
+
+
 @_declare("gate_timeout", boot_gate=True, timeout=0.5)
 def gate_timeout(payload: dict[str, Any], ctx: JobContext) -> None:
     trace("gate_timeout", **_ctx_fields(ctx))

@@ -27,7 +27,7 @@ from kumiko_jobs.connection import get_redis
 from kumiko_jobs.definitions import LANES
 
 # Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
-BOOT_GATE_FAILED = 3
+BOOT_GATE_FAILED = 3  # the supervisor's EXIT_BOOT_GATE_FAILED, which it passes on
 
 
 # Job threads a process may run. Past it, a typo (--threads 10000) failed halfway through
