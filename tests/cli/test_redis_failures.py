@@ -103,3 +103,20 @@ def test_a_redis_that_refuses_the_credentials(settings: Any, args: tuple[str, ..
 
     assert "Redis at redis://kj-nobody:***@127.0.0.1:6379/0 refused the credentials" in message
     assert "Check the user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)" in message
+
+
+def test_another_error_reply_is_reported_as_it_is_without_a_permissions_hint(
+    redis_client: redis.Redis,
+) -> None:
+    from kumiko_jobs.connection import get_keys
+
+    redis_client.set(get_keys().scheduled("worker"), "not a sorted set")  # ZCARD answers WRONGTYPE
+
+    with pytest.raises(CommandError) as raised:
+        call_command("jobs", "stats", stdout=StringIO())
+
+    message = str(raised.value)
+    assert (
+        message.startswith("jobs stats: Redis at redis://") and "answered with an error (WRONGTYPE" in message
+    )
+    assert "allowed" not in message and "primary" not in message

@@ -53,11 +53,18 @@ def redis_failure(exc: Exception) -> str:
             f"{where} refused the credentials ({said}). "
             "Check the user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)."
         )
-    if isinstance(exc, redis.ResponseError):
+    if isinstance(exc, redis.exceptions.NoPermissionError):
         return (
-            f"{where} refused a command ({said}). Point KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL) "
-            "at the primary, as a user allowed to read and write kumiko's keys."
+            f"{where} refused a command ({said}). Connect as a user allowed to read and write "
+            "kumiko's keys (KUMIKO_JOBS['REDIS'] or env KUMIKO_REDIS_URL)."
         )
+    if isinstance(exc, redis.ReadOnlyError):
+        return (
+            f"{where} refused a command ({said}): a replica answers so. Point KUMIKO_JOBS['REDIS'] "
+            "(or env KUMIKO_REDIS_URL) at the primary or a Sentinel URL."
+        )
+    if isinstance(exc, redis.ResponseError):
+        return f"{where} answered with an error ({said})."
     return (
         f"{where} did not answer ({said}). Check that Redis runs and that KUMIKO_JOBS['REDIS'] "
         "(or env KUMIKO_REDIS_URL) points at it."
