@@ -116,7 +116,6 @@ def test_another_error_reply_is_reported_as_it_is_without_a_permissions_hint(
         call_command("jobs", "stats", stdout=StringIO())
 
     message = str(raised.value)
-    assert (
-        message.startswith("jobs stats: Redis at redis://") and "answered with an error (WRONGTYPE" in message
-    )
+    assert message.startswith("jobs stats: Redis at redis://") and "answered with an error (" in message
+    assert "WRONGTYPE" in message
     assert "allowed" not in message and "primary" not in message
