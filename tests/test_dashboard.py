@@ -225,3 +225,27 @@ def test_a_canceled_job_whose_record_was_not_written_keeps_its_hash(
     JobRun.objects.filter(pk=result.run_id).update(status=RunStatus.DROPPED, finished_at=timezone.now())
     admin_client.post(f"/django-rq/queues/{index}/{result.job_id}/delete/")
     assert not redis_client.exists(get_keys().job(result.job_id))  # settled: deleted
+
+
+def test_a_lane_job_reached_through_another_queues_url_still_goes_through_kumiko(
+    admin_client: Client, redis_client: Any, tenants: list[Any], settings: Any
+) -> None:
+    """django-rq numbers queues in its URLs: a lane job's delete or requeue under another
+    queue's number must not be RQ's (a hash deleted behind its limit and its run record)."""
+    from kumiko_jobs.connection import redis_target
+
+    settings.RQ_QUEUES = {"default": {"URL": redis_target().raw}}  # a project's own RQ queue
+    acme = tenants[0]
+    run = dispatch("tests.limited", {}, tenant=acme)
+    names = [config["name"] for config in get_queues_list()]
+    other = names.index("default")
+    response = admin_client.post(f"/django-rq/queues/{other}/{run.job_id}/delete/")
+    assert response.status_code == 302
+    assert limit_count(redis_client, acme) == 0  # cancelled through kumiko: its limit released
+    assert JobRun.objects.get(pk=run.run_id).status == RunStatus.DROPPED
+    assert drain() == {}
+
+    again = dispatch("tests.limited", {}, tenant=acme)
+    admin_client.post(f"/django-rq/queues/actions/{other}/", {"action": "delete", "job_ids": [again.job_id]})
+    assert JobRun.objects.get(pk=again.run_id).status == RunStatus.DROPPED
+    assert limit_count(redis_client, acme) == 0

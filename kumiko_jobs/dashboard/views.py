@@ -42,6 +42,7 @@ from kumiko_jobs.requeueing import requeue_jobs
 
 WAITING = ("queued", "scheduled")
 DONE = ("finished", "failed", "canceled", "stopped")
+NOT_A_LANE_JOB = "not a kumiko job: use its own queue's page"
 
 
 @never_cache
@@ -69,10 +70,20 @@ def stats(request: HttpRequest) -> HttpResponse:
     return render(request, "django_rq/stats.html", context)
 
 
+def _is_lane_job(queue: Any, job_id: str) -> bool:
+    """Whether the job is a kumiko lane's: by its URL's queue, or else by the job's own origin
+    (a lane job reached through another queue's URL must not be deleted or requeued by RQ,
+    behind its limits, its flow and its run record)."""
+    if lane_of(queue.name) is not None:
+        return True
+    origin = queue.connection.hget(Job.key_for(job_id), "origin")
+    return origin is not None and lane_of(as_text(origin)) is not None
+
+
 @never_cache
 def delete_job(request: HttpRequest, queue_index: int, job_id: str) -> HttpResponse:
     queue = get_queue_by_index(queue_index)
-    if request.method != "POST" or lane_of(queue.name) is None:
+    if request.method != "POST" or not _is_lane_job(queue, job_id):
         return rq_views.delete_job(request, queue_index, job_id)
     _delete(request, queue, [job_id])
     return redirect(rq_views.rq_viewname(request, "jobs"), queue_index)
@@ -93,7 +104,7 @@ def _requeue_one(
     request: HttpRequest, queue_index: int, job_id: str, rq_view: Callable[..., HttpResponse]
 ) -> HttpResponse:
     queue = get_queue_by_index(queue_index)
-    if request.method != "POST" or lane_of(queue.name) is None:
+    if request.method != "POST" or not _is_lane_job(queue, job_id):
         return rq_view(request, queue_index, job_id)
     _requeue(request, [job_id])
     return redirect(rq_views.rq_viewname(request, "job_detail"), queue_index, job_id)
@@ -121,12 +132,25 @@ def clear_queue(request: HttpRequest, queue_index: int) -> HttpResponse:
 def actions(request: HttpRequest, queue_index: int) -> HttpResponse:
     queue = get_queue_by_index(queue_index)
     action = request.POST.get("action", "")
-    if request.method != "POST" or lane_of(queue.name) is None or action not in ("delete", "requeue", "stop"):
+    if (
+        request.method != "POST"
+        or action not in ("delete", "requeue", "stop")
+        or not any(_is_lane_job(queue, job_id) for job_id in request.POST.getlist("job_ids"))
+    ):
         return rq_views.actions(request, queue_index)
     next_url = request.POST.get("next_url", "")
     if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         next_url = reverse(rq_views.rq_viewname(request, "jobs"), args=[queue_index])
     job_ids = request.POST.getlist("job_ids")
+    if lane_of(queue.name) is None:
+        # Lane jobs picked on another queue's page: kumiko acts on them, and on none of the rest
+        # (RQ's view would act on all of them, the lane jobs too).
+        others = [job_id for job_id in job_ids if not _is_lane_job(queue, job_id)]
+        job_ids = [job_id for job_id in job_ids if job_id not in others]
+        if others:
+            _report_refused(
+                request, action, dict.fromkeys(others, "not a kumiko job: use its own queue's page")
+            )
     if action == "delete":
         _delete(request, queue, job_ids)
     elif action == "requeue":
@@ -139,7 +163,7 @@ def actions(request: HttpRequest, queue_index: int) -> HttpResponse:
 @never_cache
 def stop_job(request: HttpRequest, queue_index: int, job_id: str) -> HttpResponse:
     queue = get_queue_by_index(queue_index)
-    if lane_of(queue.name) is None:
+    if not _is_lane_job(queue, job_id):
         return rq_views.stop_job(request, queue_index, job_id)
     _refuse_stop(request)
     return redirect(rq_views.rq_viewname(request, "job_detail"), queue_index, job_id)
