@@ -116,7 +116,14 @@ class SchedulerThread(threading.Thread):
         token = self.lease.acquire()
         if token is None:
             return
-        if self.planner.load(token):
+        try:
+            loaded = self.planner.load(token)
+        except BaseException:
+            # Held with no token kept, the lease would leave the lane without a leader until it
+            # expires, again at every failed load.
+            self.lease.release(token)
+            raise
+        if loaded:
             self.token = token
             self._next["lease"] = time.monotonic() + RENEW_INTERVAL
             self._next["zones"] = 0.0
@@ -149,5 +156,5 @@ class SchedulerThread(threading.Thread):
             # A broken ACTIVE_TENANTS or TENANT_TIMEZONE must not stop the schedules; logged, retried.
             logger.exception("kumiko_jobs: rebuilding the tenant zone index failed")
         finally:
-            zones.release_rebuild_lock(self.client, self.keys)
+            zones.release_rebuild_lock(self.client, self.keys, self.owner)
             connections.close_all()

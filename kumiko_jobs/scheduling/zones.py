@@ -27,6 +27,7 @@ from functools import cache
 from typing import Any
 
 import redis
+from django.db import DatabaseError
 from rq.utils import as_text
 
 from kumiko_jobs.conf import import_setting
@@ -79,6 +80,11 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
         tenant_id = listed
         try:
             name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
+        except DatabaseError:
+            # The database, not this tenant (a restart, a failover): every tenant would land in
+            # UTC, and the planner would drop the other zones' cursors. The rebuild is given up,
+            # the installed index stays, and the next refresh tries again.
+            raise
         except Exception as exc:  # the project's function: one tenant must not stop the index
             name = f"<{exc.__class__.__name__}: {exc}>"
         if not isinstance(name, str) or not _valid_zone(name):
@@ -174,5 +180,15 @@ def try_rebuild_lock(client: redis.Redis, keys: Keys, owner: str) -> bool:
     return bool(client.set(keys.tenant_zones_lock, owner, nx=True, ex=LOCK_SECONDS))
 
 
-def release_rebuild_lock(client: redis.Redis, keys: Keys) -> None:
-    client.delete(keys.tenant_zones_lock)
+def release_rebuild_lock(client: redis.Redis, keys: Keys, owner: str) -> None:
+    """Release the lock if ``owner`` still holds it: a rebuild that outlived LOCK_SECONDS must
+    not release the next rebuild's lock, which would let a third start beside it."""
+    with client.pipeline() as pipe:
+        try:
+            pipe.watch(keys.tenant_zones_lock)  # type: ignore[no-untyped-call]
+            if as_text(pipe.get(keys.tenant_zones_lock) or b"") == owner:
+                pipe.multi()
+                pipe.delete(keys.tenant_zones_lock)
+                pipe.execute()
+        except redis.WatchError:
+            pass  # taken over meanwhile: not ours to release

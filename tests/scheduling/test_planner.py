@@ -148,3 +148,23 @@ def test_each_tick_runs_once_across_leader_changes(declare: Any, make_leader: An
 
     assert fired_at(traces) == [f"01-01 12:{m:02d}" for m in range(1, 11)]
     assert JobRun.objects.filter(job_name="t.minutely").count() == 10
+
+
+def test_a_leader_whose_planner_fails_to_load_gives_the_lease_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held with no token kept, the lease left the lane without a leader until it expired."""
+    from kumiko_jobs.scheduling.loop import SchedulerThread
+
+    thread = SchedulerThread("worker", "loads-badly")
+
+    def fails(token: str) -> bool:
+        raise RuntimeError("a schedule's state could not be read")
+
+    monkeypatch.setattr(thread.planner, "load", fails)
+    with pytest.raises(RuntimeError):
+        thread._iteration()
+    assert thread.lease.holder() is None  # another process may lead at once
+    monkeypatch.undo()
+    thread._next["lease"] = 0.0
+    thread._iteration()
+    assert thread.token is not None and thread.lease.holder() == thread.token
+    thread.lease.release(thread.token)

@@ -95,6 +95,40 @@ def test_an_invalid_zone_is_scheduled_in_utc_and_logged(
     assert f"{tenants[0].pk}='Mars/Olympus'" in caplog.text
 
 
+def test_a_database_failing_the_zone_lookup_keeps_the_installed_index(tenants: Any) -> None:
+    """TENANT_TIMEZONE raising a database error is the database, not a tenant's bad zone: the
+    rebuild is given up, not installed with every tenant in UTC (the planner would drop the
+    other zones' cursors, and their ticks would be missed)."""
+    from django.db import OperationalError
+
+    from tests.testapp.tenants import DATABASE_DOWN
+
+    acme = str(tenants[0].pk)
+    set_zones({acme: "Europe/Berlin"})
+    refresh_tenant_zones()
+    installed = current_index(get_redis(), get_keys())
+    set_zones({acme: DATABASE_DOWN.decode()})
+
+    with pytest.raises(OperationalError):
+        refresh_tenant_zones()
+
+    assert current_index(get_redis(), get_keys()) == installed
+    assert acme in list(tenants_in_zone("Europe/Berlin"))
+
+
+def test_a_rebuild_that_outlived_its_lock_leaves_the_next_ones_alone(redis_client: Any) -> None:
+    from kumiko_jobs.scheduling.zones import release_rebuild_lock, try_rebuild_lock
+
+    keys = get_keys()
+    assert try_rebuild_lock(redis_client, keys, "first")
+    redis_client.delete(keys.tenant_zones_lock)  # expired while "first" was still rebuilding
+    assert try_rebuild_lock(redis_client, keys, "second")
+    release_rebuild_lock(redis_client, keys, "first")  # the late one ends
+    assert not try_rebuild_lock(redis_client, keys, "third")  # "second" still holds it
+    release_rebuild_lock(redis_client, keys, "second")
+    assert try_rebuild_lock(redis_client, keys, "third")
+
+
 def test_spread_gives_each_tenant_a_fixed_offset(declare: Any, make_leader: Any, tenants: Any) -> None:
     declare("t.spread", trigger=cron("0 3 * * *"), per_tenant=True, spread=600)
     leader = make_leader(utc(2025, 6, 1))

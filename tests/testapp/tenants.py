@@ -30,7 +30,15 @@ def set_zones(zones: dict[str, str]) -> None:
 def tenant_timezone(tenant_id: object) -> str:
     """TENANT_TIMEZONE of the test settings: the zone set_zones() gave the tenant, else UTC."""
     zone = get_redis().hget(_zones_key(), str(tenant_id))
+    if zone == DATABASE_DOWN:
+        from django.db import OperationalError
+
+        raise OperationalError("the database system is shutting down")  # what a restart says
     return zone.decode() if zone is not None else "UTC"
+
+
+# set_zones({tenant: DATABASE_DOWN.decode()}): tenant_timezone() fails as a database restart would.
+DATABASE_DOWN = b"!database-down"
 
 
 def many() -> range:
