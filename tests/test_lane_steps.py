@@ -139,3 +139,27 @@ def test_a_step_sent_again_returns_the_claims_the_first_one_made_instead_of_clai
     assert sorted(started) == sorted(f"{r.job_id}:e{n}".encode() for n, r in enumerate(runs[:2], 1))
     # Sent again when the first never ran: nothing under its execution id, so it claims.
     assert call(1, "e3") == [runs[2].job_id]
+
+
+@pytest.mark.parametrize("first", ["push", "claim"])
+def test_a_flow_key_of_another_type_is_set_aside_and_the_flow_goes_on(
+    tenants: list[Any], redis_client: redis.Redis, first: str
+) -> None:
+    """Something wrote a string where a tenant's flow list belongs. Whether a push or a claim
+    meets it first, the key is renamed aside for operators and the tenant's runs go on; before,
+    every push into it counted its limit and wrote its hash, then failed (and the limit filled)."""
+    from kumiko_jobs.testing import drain
+
+    keys, acme = get_keys(), tenants[0]
+    flow = f"t|{acme.pk}"
+    redis_client.set(keys.flow("worker", flow), "not a list")
+    if first == "claim":
+        redis_client.lpush(keys.ring("worker"), flow)
+        redis_client.hset(keys.flow_states("worker"), flow, "r")
+        assert finish_and_claim(redis_client, keys, "worker", claim=Claim("w", "x", time.time() + 60)) is None
+    runs = [dispatch("tests.limited", {"n": n}, tenant=acme) for n in range(3)]  # max_per_tenant=3
+    assert [r.status for r in runs] == ["queued"] * 3
+    assert drain() == {"succeeded": 3}
+    assert redis_client.get(keys.flow("worker", flow) + ":broken") == b"not a list"
+    assert redis_client.smembers(keys.broken_flows("worker")) == {flow.encode()}
+    assert dispatch("tests.limited", {"n": 4}, tenant=acme).status == "queued"  # its limit was released

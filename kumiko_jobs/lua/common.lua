@@ -201,7 +201,7 @@ local function quarantine(P, flow, cap)
   if cap then redis.call('HINCRBY', running_key(P), counter_of(flow), -1) end
   unring(P, flow)
   redis.call('HDEL', state_key(P), flow)
-  redis.call('SADD', broken_key(P), flow)
+  set_aside(P, flow)
 end
 
 -- Serve the ring: rotate its head flow to the tail and pop one id from it; a flow left empty, or a

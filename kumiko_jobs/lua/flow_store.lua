@@ -14,13 +14,31 @@ local function ordered_score(P, id, front)
   return string.format('%.0f', (100 - priority) * SEQUENCE_SPAN + sequence)
 end
 
-local function flow_add(P, flow, id, front)
+-- A flow key that holds another type (something else wrote it) is renamed aside, kept for
+-- operators as <key>:broken and listed in the lane's broken set: the flow goes on with a fresh
+-- key. Left in place, it failed every later push halfway, after its limits were counted and its
+-- hash written (and a requeue into it lost the run).
+local function set_aside(P, flow)
+  local key = flow_key(P, flow)
+  if redis.call('EXISTS', key) == 1 then redis.call('RENAME', key, key .. ':broken') end
+  redis.call('SADD', broken_key(P), flow)
+end
+
+local function flow_write(P, flow, id, front)
   if is_ordered(flow) then
-    redis.call('ZADD', flow_key(P, flow), ordered_score(P, id, front), id)
+    return redis.pcall('ZADD', flow_key(P, flow), ordered_score(P, id, front), id)
   elseif front then
-    redis.call('LPUSH', flow_key(P, flow), id)
-  else
-    redis.call('RPUSH', flow_key(P, flow), id)
+    return redis.pcall('LPUSH', flow_key(P, flow), id)
+  end
+  return redis.pcall('RPUSH', flow_key(P, flow), id)
+end
+
+local function flow_add(P, flow, id, front)
+  local written = flow_write(P, flow, id, front)
+  if type(written) == 'table' and written.err then
+    if not string.find(written.err, 'WRONGTYPE', 1, true) then error(written) end  -- as redis.call would
+    set_aside(P, flow)
+    flow_write(P, flow, id, front)
   end
 end
 
