@@ -163,3 +163,21 @@ def test_a_flow_key_of_another_type_is_set_aside_and_the_flow_goes_on(
     assert redis_client.get(keys.flow("worker", flow) + ":broken") == b"not a list"
     assert redis_client.smembers(keys.broken_flows("worker")) == {flow.encode()}
     assert dispatch("tests.limited", {"n": 4}, tenant=acme).status == "queued"  # its limit was released
+
+
+def test_a_claim_that_meets_only_dead_ring_entries_wakes_a_worker_to_look_again(
+    tenants: list[Any], redis_client: redis.Redis
+) -> None:
+    """A bulk cancel leaves many emptied flows in the ring: one claim clears 32 of them and finds
+    nothing, and the flows behind them must not wait for a worker's block timeout."""
+    keys = get_keys()
+    result = dispatch("tests.record", {"n": 1}, tenant=tenants[0])
+    for n in range(40):  # emptied flows ahead of the one with work
+        redis_client.lpush(keys.ring("worker"), f"t|gone-{n}")
+        redis_client.hset(keys.flow_states("worker"), f"t|gone-{n}", "r")
+    redis_client.delete(keys.wake("worker"))
+    claim = Claim("w", "x", time.time() + 60)
+    assert finish_and_claim(redis_client, keys, "worker", claim=claim) is None
+    assert redis_client.llen(keys.wake("worker")) == 1  # an idle worker looks again at once
+    job = finish_and_claim(redis_client, keys, "worker", claim=Claim("w", "y", time.time() + 60))
+    assert job is not None and job.job_id == result.job_id

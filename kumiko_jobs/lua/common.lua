@@ -263,6 +263,10 @@ local function claim(P, started, plain, deadline, now_iso, worker, execution)
       if cap then release(P, flow, '') end
     end
   end
+  -- Each of 32 ring entries was dead (emptied, parked, broken, or its hash gone): flows may still
+  -- wait behind them (a bulk cancel leaves many), so a worker looks again at once instead of
+  -- after its block timeout.
+  if redis.call('LLEN', ring) > 0 then arm(P) end
   return false
 end
 
