@@ -18,7 +18,9 @@ successes).
 How many jobs wait ready (the prefetch): what the threads finish in PREFETCH_WAIT at their
 recent pace, at most PREFETCH_PER_THREAD per thread. So a claimed job waits about PREFETCH_WAIT
 at most before a thread starts it, and on a lane of long jobs (8 threads of 1 s jobs finish 8 a
-second: none) jobs are claimed only for threads that wait, as before.
+second: none) jobs are claimed only for threads that wait, as before. Jobs claimed ahead that no
+thread takes within HOLD_READY (every thread went on to a long job) are given back to the front
+of their flows, as at a stop, so they do not wait for that job's end while another worker idles.
 
 Stopping: at a stop signal, a recycle or the end of --max-jobs the claimer stops claiming, gives
 the ready jobs back to the front of their flows (no attempt used, their records untouched), and
@@ -66,12 +68,21 @@ STOP_WAKE_TTL = 60
 CHECK_INTERVAL = 0.2
 
 
+# A ready job that no thread took within this long, while none waits for one, goes back to the
+# front of its flow (its lease and cap slot freed, no attempt used): the threads are busy with
+# long jobs, and another worker may be idle. Without it, jobs claimed ahead at a fast pace waited
+# for the end of a 10-minute job that a thread started next. Far above PREFETCH_WAIT.
+HOLD_READY = 1.0
+
+
 @dataclass(frozen=True)
 class ReadyJob:
-    """A claimed job and its lease member (``<job id>:<execution id>``)."""
+    """A claimed job, its lease member (``<job id>:<execution id>``), and when it was claimed
+    (``time.monotonic()``)."""
 
     job: ClaimedJob
     member: str
+    at: float = 0.0
 
 
 class Pace:
@@ -231,7 +242,7 @@ class Claimer(threading.Thread):
         to give back and how many jobs to claim; (None, ...) once closed and all is sent."""
         while True:
             stopping = self.worker.stopping() or self._closed
-            returned = list(self._ready) if stopping else []
+            returned = list(self._ready) if stopping else self._held_too_long()
             want = 0 if stopping or self._done else self._want()
             if self._finished or returned or want:
                 finished, self._finished = self._finished, []
@@ -246,6 +257,17 @@ class Claimer(threading.Thread):
                 self._done = True
                 self._job_ready.notify_all()
             self._wanted.wait(CHECK_INTERVAL)
+
+    def _held_too_long(self) -> list[ReadyJob]:
+        """(Under the lock.) The ready jobs held past HOLD_READY while no thread waits: taken out
+        of the ready queue, to be given back (the oldest are first in it)."""
+        if self._waiting:
+            return []
+        limit = time.monotonic() - HOLD_READY
+        held: list[ReadyJob] = []
+        while self._ready and self._ready[0].at <= limit:
+            held.append(self._ready.popleft())
+        return held
 
     def _want(self) -> int:
         """How many jobs to claim: one per waiting thread, and what keeps the prefetch full."""
@@ -285,7 +307,8 @@ class Claimer(threading.Thread):
         for _claim in claims[len(jobs) :]:
             w.return_ticket()
         claimed = zip(jobs, claims[: len(jobs)], strict=True)
-        ready_jobs = [ReadyJob(job, f"{job.job_id}:{claim.execution_id}") for job, claim in claimed]
+        now = time.monotonic()
+        ready_jobs = [ReadyJob(job, f"{job.job_id}:{claim.execution_id}", now) for job, claim in claimed]
         for ready in ready_jobs:
             w.leases.hold(ready.member)
         w.note_claims(len(ready_jobs))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import pytest
@@ -103,6 +104,43 @@ def test_a_stopping_claimer_gives_its_ready_jobs_back_untouched(
         claimer.join(10)
     assert not claimer.is_alive()
     # Never started: records untouched, no attempt used, and back in their order.
+    assert {(r.status, r.attempt, r.started_at) for r in JobRun.objects.all()} == {
+        (RunStatus.QUEUED, 1, None)
+    }
+    assert drain() == {"succeeded": 6}
+    assert [e["payload"]["n"] for e in traces("record")] == list(range(6))
+    assert [JobRun.objects.get(pk=r.run_id).attempt for r in runs] == [1] * 6
+
+
+def test_jobs_claimed_ahead_that_no_thread_takes_go_back_to_their_flows(
+    worker: LaneWorker, tenants: list[Any], traces: Any
+) -> None:
+    """Claimed ahead at a fast pace, then every thread went on to a long job: after HOLD_READY
+    the ready jobs go back to the front of their flows (another worker may run them now), not
+    held with their leases and cap slots until the long jobs end."""
+    from kumiko_jobs.claiming import HOLD_READY
+
+    tenant = str(tenants[0].pk)
+    runs = [dispatch("tests.record", {"n": n}, tenant=tenant) for n in range(6)]
+    client, keys = get_redis(), get_keys()
+    claimer = Claimer(worker, 4, burst=False)
+    claimer._pace.ended(16, time.monotonic())  # a fast pace: jobs claimed ahead
+    claimer.start()
+    try:
+        wait_until(lambda: len(worker.leases._members) == 6, 10, "every run claimed ahead, held")
+        claimed_at = time.monotonic()
+        # No thread takes any (they are all busy): given back, leases let go, no stop needed.
+        wait_until(
+            lambda: client.zcard(keys.started("worker")) == 0 and not worker.leases._members,
+            10,
+            "the held jobs given back",
+        )
+        assert time.monotonic() - claimed_at >= HOLD_READY - 0.1
+        assert claimer._ready == deque() and claimer.is_alive()
+    finally:
+        worker._stop_requested = True
+        claimer.close()
+        claimer.join(10)
     assert {(r.status, r.attempt, r.started_at) for r in JobRun.objects.all()} == {
         (RunStatus.QUEUED, 1, None)
     }
