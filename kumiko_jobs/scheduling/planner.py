@@ -11,6 +11,7 @@ schedule or zone seen for the first time) starts from now and never fires the pa
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,10 @@ logger = logging.getLogger("kumiko_jobs")
 # entries took longer than the lease after a long outage, so every leader lost it before its
 # push and the cursors never moved again.
 SKIP_COUNT_LIMIT = 1_000
+# And for this many seconds in all, per step: the walk is per entry, and a tz="tenant" schedule
+# is one entry per zone in use (a review measured 14-31 ms per 1,000 ticks: 300 entries after a
+# 17-hour outage walked past the lease again). Entries counted after it say "at least".
+SKIP_COUNT_BUDGET = 1.0
 IDLE_WAIT = 1.0
 
 
@@ -120,8 +125,9 @@ class Planner:
             ticks: list[firing.Tick] = []
             cursors: dict[str, dict[str, float]] = {}
             handled: list[tuple[Entry, float]] = []
+            counting_until = time.monotonic() + SKIP_COUNT_BUDGET
             for entry in due:
-                fired, last = self._collect(entry, now, catch_up)
+                fired, last = self._collect(entry, now, catch_up, counting_until)
                 ticks += fired
                 cursors.setdefault(self._cursor_key(entry.schedule), {})[entry.zone] = last
                 handled.append((entry, last))
@@ -132,14 +138,18 @@ class Planner:
         pending = [e.next_at for e in self.entries.values() if e.next_at is not None]
         return max(0.0, min(pending) - self.clock()) if pending else IDLE_WAIT
 
-    def _collect(self, entry: Entry, now: float, catch_up: float) -> tuple[list[firing.Tick], float]:
-        """The ticks of ``entry`` to fire now, and the last tick handled."""
+    def _collect(
+        self, entry: Entry, now: float, catch_up: float, counting_until: float
+    ) -> tuple[list[firing.Tick], float]:
+        """The ticks of ``entry`` to fire now, and the last tick handled (skipped ticks counted
+        for the log until ``counting_until``, on the monotonic clock)."""
         expr, zone = entry.schedule.expr, entry.zone
         oldest = now - catch_up
-        start, skipped = entry.cursor, 0
+        start, skipped, cut = entry.cursor, 0, False
         if entry.next_at is not None and entry.next_at < oldest:
             for skipped, _ in enumerate(ticks_between(expr, zone, entry.cursor, oldest), start=1):
-                if skipped >= SKIP_COUNT_LIMIT:
+                if skipped >= SKIP_COUNT_LIMIT or time.monotonic() > counting_until:
+                    cut = True
                     break
             start = oldest
             logger.warning(
@@ -147,7 +157,7 @@ class Planner:
                 "no leader ran when they were due.",
                 entry.schedule.job_name,
                 zone,
-                "at least " if skipped >= SKIP_COUNT_LIMIT else "",
+                "at least " if cut else "",
                 skipped,
                 catch_up,
             )
