@@ -3,11 +3,13 @@ at the one it retries, with the same job, tenant, payload and correlation id."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
 from django.utils import timezone
 
+from kumiko_jobs.conf import get_config
 from kumiko_jobs.definitions import wrapped_job
 from kumiko_jobs.dispatching import DispatchResult, submit
 from kumiko_jobs.exceptions import NotRetryable
@@ -41,7 +43,30 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
                 f"Run {run.pk} of {run.job_name!r} was retried already, by run {earlier}; retry that "
                 "run if it failed too."
             )
+        if wrapped_job(run.job_name):
+            _check_fan_out_chain(run, using)
         return _dispatch_retry(run, user)
+
+
+def _check_fan_out_chain(run: JobRun, using: str) -> None:
+    """A wrapper's retry skips the tenants its chain's first run reached by finding their
+    children's rows, whose ids derive from that run's. Once retention may have pruned them
+    (the first run was queued longer than RUN_RETENTION ago, or its row is gone), those tenants
+    would be queued a second time: refused, with what to do instead."""
+    original = run.fanout_of or run.job_id
+    queued_at = (
+        run.queued_at
+        if original == run.job_id
+        else JobRun.objects.using(using).filter(job_id=original).values_list("queued_at", flat=True).first()
+    )
+    retention = float(get_config()["RUN_RETENTION"])
+    if queued_at is None or queued_at < timezone.now() - timedelta(seconds=retention):
+        raise NotRetryable(
+            f"Run {run.pk} of {run.job_name!r} fans out again from run {original}, queued longer ago "
+            f"than KUMIKO_JOBS['RUN_RETENTION'] ({retention:g}s) or pruned already: the tenants it "
+            "reached may have lost the records that tell, and would run twice. Dispatch the job "
+            "anew instead (every tenant runs once)."
+        )
 
 
 def _dispatch_retry(run: JobRun, user: Any) -> DispatchResult:

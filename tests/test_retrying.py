@@ -78,3 +78,39 @@ def test_an_original_that_was_retried_is_not_requeued(tenants: list[Any], traces
     assert result.requeued == ()
     assert result.refused == {failed.job_id: f"it was retried already, by run {retry.run_id}"}
     assert drain() == {"failed": 1}  # only the retry ran
+
+
+def test_a_wrapper_whose_first_run_retention_may_have_pruned_is_not_retried(
+    settings: Any, tenants: list[Any], monkeypatch: Any
+) -> None:
+    """A wrapper's retry skips the tenants reached by the children of its chain's first run,
+    found by their rows: once retention may have deleted them, those tenants would run twice."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.KUMIKO_JOBS = {
+        **settings.KUMIKO_JOBS,
+        "ACTIVE_TENANTS": "tests.testapp.tenants.fails_midway_once",
+    }
+    monkeypatch.setattr("kumiko_jobs.fanout.BATCH", 1)
+    monkeypatch.setattr("kumiko_jobs.fanout.WRAPPER_ATTEMPTS", 1)
+    wrapper = dispatch("tests.per_tenant", {})
+    assert drain() == {"failed": 1, "succeeded": 1}
+    original = JobRun.objects.get(pk=wrapper.run_id)
+    retention = int(settings.KUMIKO_JOBS.get("RUN_RETENTION", 30 * 86400))
+    JobRun.objects.filter(pk=original.pk).update(queued_at=timezone.now() - timedelta(seconds=retention + 60))
+    original.refresh_from_db()
+    with pytest.raises(NotRetryable, match=r"RUN_RETENTION.*Dispatch the job anew"):
+        retry_failed(original)
+    assert not JobRun.objects.filter(retry_of=original.pk).exists()
+
+    # A retry of a retry whose first run is gone altogether: refused the same way.
+    JobRun.objects.filter(pk=original.pk).update(queued_at=timezone.now())
+    original.refresh_from_db()
+    first_retry = JobRun.objects.get(pk=retry_failed(original).run_id)
+    JobRun.objects.filter(pk=first_retry.pk).update(status=RunStatus.FAILED, finished_at=timezone.now())
+    first_retry.refresh_from_db()
+    JobRun.objects.filter(pk=original.pk).delete()  # pruned
+    with pytest.raises(NotRetryable, match="pruned already"):
+        retry_failed(first_retry)
