@@ -212,24 +212,32 @@ class Claimer(threading.Thread):
     def _serve(self) -> None:
         w = self.worker
         outage = RedisOutage(w.name)
+        unanswered = False
+        finished: list[Finished] = []
+        returned: list[ReadyJob] = []
+        claims: list[Claim] = []
         while True:
-            with self._lock:
-                finished, returned, want = self._next_step()
-                if finished is None:
+            if not unanswered:
+                with self._lock:
+                    to_send, returned, want = self._next_step()
+                if to_send is None:
                     return
-            claims = self._claims(want)
+                finished, claims = to_send, self._claims(want)
             try:
                 # Last claimed first: each goes back to the front of its flow.
                 given_back = [self._given_back(ready) for ready in reversed(returned)]
-                jobs = self.steps.step([*finished, *given_back], claims)
+                jobs = self.steps.step([*finished, *given_back], claims, again=unanswered)
             except redis.RedisError as exc:
-                with self._lock:  # kept, and sent again
-                    self._finished[:0] = finished
-                    self._ready.extendleft(reversed(returned))
-                for _claim in claims:
-                    w.return_ticket()
+                # Sent again as it is, until Redis answers: the call may have run (a timeout, a
+                # connection lost after the send; script_calls' own resend failed too). Its
+                # claims then hold jobs under these execution ids, which the resend returns
+                # (again=1) instead of claiming more (new ids left them to the reaper, an
+                # attempt each); its given-back jobs are back in their flows, and must not run
+                # here; its finishes are taken by lease member, once.
+                unanswered = True
                 outage.wait(exc)
                 continue
+            unanswered = False
             outage.over()
             self._stepped(finished, returned, claims, jobs)
             if len(jobs) < len(claims) and not self._wait_for_work():

@@ -80,13 +80,15 @@ def step(
     claims: Sequence[Claim],
     *,
     connection: Any = None,
+    again: bool = False,
 ) -> list[ClaimedJob]:
     """Tell Redis how attempts ended and claim up to ``len(claims)`` jobs, in one script call:
     the jobs claimed, in claim order (fewer when the lane ran dry). Claims are taken one after
     the other from the ring, as separate calls would take them, so fairness and caps are the
     same. All claims share one worker name and lease deadline (the latest). The call also
     carries the process's tally of ended attempts when a flush is due (outcome_counts.py).
-    ``connection``: a connection of the caller's own (script_calls.call)."""
+    ``connection``: a connection of the caller's own (script_calls.call). ``again``: the same
+    call once more, after an error left open whether it ran (FinishAndClaimArgs.again)."""
     now = datetime.now(UTC)
     stamp = now.timestamp()
     items: list[object] = []
@@ -107,6 +109,7 @@ def step(
         finished=len(finished),
         claims=len(claims),
         counts=len(counts) // 5,
+        again=int(again),
     )
     rest = (*items, *counts)
     try:
@@ -142,10 +145,14 @@ class Stepper:
         self.calls = 0
         self.carried = 0  # finishes and claims sent
 
-    def step(self, finished: Sequence[Finished], claims: Sequence[Claim]) -> list[ClaimedJob]:
+    def step(
+        self, finished: Sequence[Finished], claims: Sequence[Claim], *, again: bool = False
+    ) -> list[ClaimedJob]:
         if self._connection is None:
             self._connection = self.client.connection_pool.get_connection()
-        jobs = step(self.client, self.keys, self.lane, finished, claims, connection=self._connection)
+        jobs = step(
+            self.client, self.keys, self.lane, finished, claims, connection=self._connection, again=again
+        )
         self.calls += 1
         self.carried += len(finished) + len(claims)
         return jobs

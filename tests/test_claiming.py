@@ -149,6 +149,43 @@ def test_jobs_claimed_ahead_that_no_thread_takes_go_back_to_their_flows(
     assert [JobRun.objects.get(pk=r.run_id).attempt for r in runs] == [1] * 6
 
 
+def test_a_step_whose_answer_is_lost_is_sent_again_and_its_claims_are_kept(
+    worker: LaneWorker, tenants: list[Any], traces: Any
+) -> None:
+    """Redis ran the claimer's step, and its answer was lost (script_calls' own resend failed
+    too): the step is sent again with the same execution ids and returns the jobs it claimed,
+    instead of new claims that left those to the reaper (an attempt each)."""
+    import redis as redis_module
+
+    runs = [dispatch("tests.record", {"n": n}, tenant=str(tenants[0].pk)) for n in range(6)]
+    client, keys = get_redis(), get_keys()
+    claimer = Claimer(worker, 4, burst=False)
+    claimer._pace.ended(16, time.monotonic())  # a fast pace: all six claimed ahead at once
+    real_step, calls = claimer.steps.step, []
+
+    def loses_the_first_answer(finished: Any, claims: Any, *, again: bool = False) -> Any:
+        jobs = real_step(finished, claims, again=again)
+        calls.append((len(claims), again, len(jobs)))
+        if len(calls) == 1:
+            raise redis_module.ConnectionError("the answer was lost")
+        return jobs
+
+    claimer.steps.step = loses_the_first_answer  # type: ignore[method-assign]
+    claimer.start()
+    try:
+        wait_until(lambda: len(worker.leases._members) == 6, 10, "the first step's claims held")
+        assert client.zcard(keys.started("worker")) == 6  # no second set of claims
+        (asked, first_again, first_got), (asked_again, again, got) = calls[:2]
+        assert (first_again, first_got, again, got) == (False, 6, True, 6) and asked_again == asked
+    finally:
+        worker._stop_requested = True
+        claimer.close()
+        claimer.join(10)
+    assert drain() == {"succeeded": 6}  # given back at the stop, none lost or left running
+    assert sorted(e["payload"]["n"] for e in traces("record")) == list(range(6))
+    assert {JobRun.objects.get(pk=r.run_id).attempt for r in runs} == {1}
+
+
 def test_an_attempt_that_ends_while_the_lane_is_idle_is_finished_by_its_thread(
     worker: LaneWorker, tenants: list[Any]
 ) -> None:
