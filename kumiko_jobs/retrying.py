@@ -49,24 +49,28 @@ def retry_failed(run: JobRun, *, user: Any = None) -> DispatchResult:
 
 
 def _check_fan_out_chain(run: JobRun, using: str) -> None:
-    """A wrapper's retry skips the tenants its chain's first run reached by finding their
-    children's rows, whose ids derive from that run's. Once retention may have pruned them
-    (the first run was queued longer than RUN_RETENTION ago, or its row is gone), those tenants
-    would be queued a second time: refused, with what to do instead."""
-    original = run.fanout_of or run.job_id
-    queued_at = (
-        run.queued_at
-        if original == run.job_id
-        else JobRun.objects.using(using).filter(job_id=original).values_list("queued_at", flat=True).first()
-    )
+    """A wrapper's retry skips the tenants its chain reached by finding their children's rows,
+    whose ids derive from the chain's first run (or its cron tick). Once retention may have
+    pruned them (that first run was queued longer than RUN_RETENTION ago, or its row is gone),
+    those tenants would be queued a second time: refused, with what to do instead."""
+    first: JobRun | None = run
+    for _ in range(MAX_CHAIN):
+        if first is None or first.retry_of is None:
+            break
+        first = JobRun.objects.using(using).only("queued_at", "retry_of").filter(pk=first.retry_of).first()
     retention = float(get_config()["RUN_RETENTION"])
-    if queued_at is None or queued_at < timezone.now() - timedelta(seconds=retention):
+    if first is None or first.queued_at < timezone.now() - timedelta(seconds=retention):
         raise NotRetryable(
-            f"Run {run.pk} of {run.job_name!r} fans out again from run {original}, queued longer ago "
-            f"than KUMIKO_JOBS['RUN_RETENTION'] ({retention:g}s) or pruned already: the tenants it "
-            "reached may have lost the records that tell, and would run twice. Dispatch the job "
-            "anew instead (every tenant runs once)."
+            f"Run {run.pk} of {run.job_name!r} fans out again for the tenants its first run "
+            f"{'(pruned already) ' if first is None else ''}did not reach, and that run was queued "
+            f"longer ago than KUMIKO_JOBS['RUN_RETENTION'] ({retention:g}s): the tenants it reached "
+            "may have lost the records that tell, and would run twice. Dispatch the job anew "
+            "instead (every tenant runs once)."
         )
+
+
+# Retries of retries followed back to the first run, at most (each is an operator's click).
+MAX_CHAIN = 100
 
 
 def _dispatch_retry(run: JobRun, user: Any) -> DispatchResult:

@@ -40,7 +40,7 @@ def retry_failed_runs(model_admin: Any, request: HttpRequest, queryset: QuerySet
     # Every field retry_failed reads: a deferred one is a query per run.
     fields = (
         "id", "job_name", "tenant_id", "status", "payload", "correlation_id", "job_id", "fanout_of",
-        "scheduled_at", "zone", "lane", "queued_at",
+        "scheduled_at", "zone", "lane", "queued_at", "retry_of",
     )  # fmt: skip
     runs = _selected(model_admin, request, queryset, fields)
     if runs is None:
