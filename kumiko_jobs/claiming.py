@@ -223,6 +223,10 @@ class Claimer(threading.Thread):
                 if to_send is None:
                     return
                 finished, claims = to_send, self._claims(want)
+            else:
+                # Their leases run from now: an outage may have outlasted the first deadlines.
+                deadline = time.time() + w.lease
+                claims = [Claim(c.worker, c.execution_id, deadline) for c in claims]
             try:
                 # Last claimed first: each goes back to the front of its flow.
                 given_back = [self._given_back(ready) for ready in reversed(returned)]
@@ -275,6 +279,10 @@ class Claimer(threading.Thread):
         held: list[ReadyJob] = []
         while self._ready and self._ready[0].at <= limit:
             held.append(self._ready.popleft())
+        if held:
+            # The pace that claimed them ahead is over: claiming ahead again at once would take
+            # the same jobs back (their flows are first in the ring).
+            self._pace = Pace(4 * self.threads)
         return held
 
     def _want(self) -> int:
@@ -316,7 +324,10 @@ class Claimer(threading.Thread):
             w.return_ticket()
         claimed = zip(jobs, claims[: len(jobs)], strict=True)
         now = time.monotonic()
-        ready_jobs = [ReadyJob(job, f"{job.job_id}:{claim.execution_id}", now) for job, claim in claimed]
+        ready_jobs = [
+            ReadyJob(job, f"{job.job_id}:{job.execution_id or claim.execution_id}", now)
+            for job, claim in claimed
+        ]
         for ready in ready_jobs:
             w.leases.hold(ready.member)
         w.note_claims(len(ready_jobs))

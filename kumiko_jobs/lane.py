@@ -24,11 +24,14 @@ from kumiko_jobs.scripts import Ending, FinishAndClaimArgs, PromoteArgs, argv, s
 
 @dataclass(frozen=True)
 class ClaimedJob:
-    """A job a worker took from its lane: raw hash fields, decoded by execution.run_claimed."""
+    """A job a worker took from its lane: raw hash fields, decoded by execution.run_claimed.
+    ``execution_id``: the claim it was taken under, when a step sent again says (its claims may
+    come back with gaps); else the claims' order tells."""
 
     job_id: str
     data: bytes
     meta_raw: bytes
+    execution_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,9 @@ def step(
         tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, stamp)
         items += (attempt.job_id, attempt.member, *ending_of(outcome))
     items += (claim.execution_id for claim in claims)
-    counts = tally.take(lane, force=not claims)
+    # Not with a call sent again: if its first try ran, the script stops before the counts, and
+    # these would be lost (they are flushed with the next call instead).
+    counts = [] if again else tally.take(lane, force=not claims)
     args = FinishAndClaimArgs(
         now=stamp,
         now_iso=rq_time(now),
@@ -128,6 +133,13 @@ def step(
             outcome = attempt.outcome
             tally.add(lane, outcome.counted_as, outcome.job_name, outcome.tenant_id, stamp, n=-1)
         raise
+    if raw and raw[0] == b"again":  # the first try had run: its claims, each with its id
+        return [
+            ClaimedJob(
+                job_id=raw[i].decode(), data=raw[i + 1], meta_raw=raw[i + 2], execution_id=raw[i + 3].decode()
+            )
+            for i in range(1, len(raw), 4)
+        ]
     return [
         ClaimedJob(job_id=raw[i].decode(), data=raw[i + 1], meta_raw=raw[i + 2])
         for i in range(0, len(raw), 3)

@@ -237,3 +237,21 @@ def test_upkeep_keeps_its_rounds_when_the_wall_clock_steps_back(monkeypatch: pyt
             time.sleep(lane_upkeep.CLAIMS_FLUSH_INTERVAL + 0.05)
             assert upkeep.due()  # the claim count's round came, an hour "early"
         monkeypatch.undo()
+
+
+def test_jobs_given_back_for_busy_threads_are_not_claimed_again_at_once(worker: LaneWorker) -> None:
+    """The pace that claimed them ahead is over once every thread is busy with a long job:
+    claiming ahead again in the same step took the same jobs back (their flows first in the
+    ring), once a second."""
+    from kumiko_jobs.claiming import HOLD_READY, ReadyJob
+    from kumiko_jobs.lane import ClaimedJob
+
+    claimer = Claimer(worker, 32, burst=False)
+    now = time.monotonic()
+    claimer._pace.ended(128, now)  # a fast pace a moment ago
+    claimer._out = 32  # every thread runs a long job; none waits
+    held = [ReadyJob(ClaimedJob(f"j{n}", b"", b""), f"j{n}:x", now - HOLD_READY - 1) for n in range(3)]
+    claimer._ready.extend(held)
+    with claimer._lock:
+        finished, returned, want = claimer._next_step()
+    assert (finished, returned, want) == ([], held, 0)

@@ -131,6 +131,9 @@ def test_a_step_sent_again_returns_the_claims_the_first_one_made_instead_of_clai
             lane_prefix=keys.lane("worker"), finished=0, claims=len(executions), counts=0, again=again,
         )  # fmt: skip
         raw = script(keys=script_keys, args=argv(args, *executions), client=client)
+        if raw and raw[0] == b"again":  # found: (id, data, meta, execution) each
+            assert [e.decode() for e in raw[4::4]] == list(executions)
+            return [i.decode() for i in raw[1::4]]
         return [raw[i].decode() for i in range(0, len(raw), 3)]
 
     assert call(0, "e1", "e2") == [runs[0].job_id, runs[1].job_id]  # the first call ran
@@ -139,6 +142,28 @@ def test_a_step_sent_again_returns_the_claims_the_first_one_made_instead_of_clai
     assert sorted(started) == sorted(f"{r.job_id}:e{n}".encode() for n, r in enumerate(runs[:2], 1))
     # Sent again when the first never ran: nothing under its execution id, so it claims.
     assert call(1, "e3") == [runs[2].job_id]
+
+
+def test_a_step_sent_again_pairs_each_claim_it_finds_with_its_execution_id(redis_client: redis.Redis) -> None:
+    """One of the first call's claims is gone by the resend (reaped, its hash deleted): the others
+    keep their own execution ids, and their leases run from the resend's deadline. Paired by
+    order instead, a job's lease member was another claim's, so its heartbeat and its finish
+    found nothing, and the reaper ran it a second time."""
+    runs = [dispatch("tests.record", {"n": n}) for n in range(3)]
+    client, keys = get_redis(), get_keys()
+    first = [Claim("sim", f"x{n}", time.time() + 60) for n in range(3)]
+    assert [job.job_id for job in step(client, keys, "worker", [], first)] == [r.job_id for r in runs]
+    client.delete(keys.job(runs[1].job_id))  # the second claim's job is gone meanwhile
+    later = time.time() + 600
+    again = step(
+        client, keys, "worker", [], [Claim(c.worker, c.execution_id, later) for c in first], again=True
+    )
+    assert [(job.job_id, job.execution_id) for job in again] == [
+        (runs[0].job_id, "x0"),
+        (runs[2].job_id, "x2"),
+    ]
+    for job in again:
+        assert client.zscore(keys.started("worker"), f"{job.job_id}:{job.execution_id}") == later
 
 
 @pytest.mark.parametrize("first", ["push", "claim"])
@@ -160,7 +185,7 @@ def test_a_flow_key_of_another_type_is_set_aside_and_the_flow_goes_on(
     runs = [dispatch("tests.limited", {"n": n}, tenant=acme) for n in range(3)]  # max_per_tenant=3
     assert [r.status for r in runs] == ["queued"] * 3
     assert drain() == {"succeeded": 3}
-    assert redis_client.get(keys.flow("worker", flow) + ":broken") == b"not a list"
+    assert redis_client.get(f"{keys.broken_flows('worker')}:{flow}") == b"not a list"
     assert redis_client.smembers(keys.broken_flows("worker")) == {flow.encode()}
     assert dispatch("tests.limited", {"n": 4}, tenant=acme).status == "queued"  # its limit was released
 
@@ -181,3 +206,20 @@ def test_a_claim_that_meets_only_dead_ring_entries_wakes_a_worker_to_look_again(
     assert redis_client.llen(keys.wake("worker")) == 1  # an idle worker looks again at once
     job = finish_and_claim(redis_client, keys, "worker", claim=Claim("w", "y", time.time() + 60))
     assert job is not None and job.job_id == result.job_id
+
+
+def test_a_replace_flow_of_another_type_is_set_aside_by_the_next_dispatch(
+    tenants: list[Any], redis_client: redis.Redis
+) -> None:
+    """A replace push reads the flow's waiting runs before it pushes: that read met the wrong-
+    typed key first and failed every dispatch of the job for that tenant, its hash written."""
+    from kumiko_jobs.testing import drain
+
+    keys, acme = get_keys(), tenants[0]
+    first = dispatch("tests.replacing", {"n": 1}, tenant=acme)
+    flow = redis_client.hget(keys.job(first.job_id), "kumiko_flow").decode()
+    assert drain() == {"succeeded": 1}
+    redis_client.set(keys.flow("worker", flow), "not a list")
+    assert dispatch("tests.replacing", {"n": 2}, tenant=acme).status == "queued"
+    assert drain() == {"succeeded": 1}
+    assert redis_client.sismember(keys.broken_flows("worker"), flow)

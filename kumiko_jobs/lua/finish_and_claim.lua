@@ -4,7 +4,8 @@
 -- then `claims` execution ids, then `counts` entries of ended-attempt counts (5 items each:
 -- outcome_counts.py).
 -- KEYS: 1 started, 2 finished, 3 failed, 4 scheduled, 5 active-limits hash, 6 plain RQ list.
--- Returns {id, data, meta} per claimed job, flat; fewer than `claims` when the lane ran dry.
+-- Returns {id, data, meta} per claimed job, flat; fewer than `claims` when the lane ran dry. A
+-- call sent again (`again`) that finds its claims returns {'again', id, data, meta, execution, ...}.
 local now, now_iso, worker, deadline, P, finished, claims, counts, again = unpack(ARGV, 1, 9)
 local HEADER, FINISHED_ITEMS = 9, 10
 local R = {finished = KEYS[2], failed = KEYS[3], scheduled = KEYS[4], active = KEYS[5]}
@@ -15,7 +16,8 @@ local first_claim = HEADER + FINISHED_ITEMS * finished + 1
 -- The same call again, its first outcome lost: if the first one ran, its claims are in the
 -- started registry under these execution ids. Return them, and do nothing else (its finishes
 -- and counts are in): claiming again would leave them with no worker until the reaper counted
--- an attempt each. One scan of the registry, on this rare path only.
+-- an attempt each. One scan of the registry, on this rare path only. Each job comes with its
+-- execution id (a claim may be missing: reaped, its hash deleted), and its lease runs from now.
 if again == '1' and claims > 0 then
   local wanted, found = {}, {}
   for i = first_claim, first_claim + claims - 1 do wanted[ARGV[i]] = i - first_claim + 1 end
@@ -29,19 +31,22 @@ if again == '1' and claims > 0 then
       if execution and wanted[execution] then found[wanted[execution]] = id end
     end
   until cursor == '0'
-  local jobs = {}
+  local jobs = {'again'}
   for k = 1, claims do
     local id = found[k]
     if id then
       local f = redis.call('HMGET', job_key(id), 'data', 'meta')
       if f[1] then
+        local execution = ARGV[first_claim + k - 1]
+        redis.call('ZADD', KEYS[1], 'XX', deadline, id .. ':' .. execution)
         jobs[#jobs + 1] = id
         jobs[#jobs + 1] = f[1]
         jobs[#jobs + 1] = f[2] or ''
+        jobs[#jobs + 1] = execution
       end
     end
   end
-  if #jobs > 0 then return jobs end
+  if #jobs > 1 then return jobs end
 end
 
 -- Only the holder of the run's lease tells Redis how it ended: if the reaper took the lease (the

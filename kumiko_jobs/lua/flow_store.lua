@@ -20,8 +20,23 @@ end
 -- hash written (and a requeue into it lost the run).
 local function set_aside(P, flow)
   local key = flow_key(P, flow)
-  if redis.call('EXISTS', key) == 1 then redis.call('RENAME', key, key .. ':broken') end
+  -- Under the broken set's name, outside the flows' namespace (a tenant id may end in
+  -- ":broken"); the first copy of a flow is kept, a later one dropped.
+  if redis.call('EXISTS', key) == 1 and redis.call('RENAMENX', key, broken_key(P) .. ':' .. flow) == 0 then
+    redis.call('DEL', key)
+  end
   redis.call('SADD', broken_key(P), flow)
+end
+
+-- The reply of a read or removal on a flow's key; a key of another type is set aside and
+-- reads as ``empty`` (a replace push's drop, an operator's cancel, a restore's check).
+local function on_flow(P, flow, reply, empty)
+  if type(reply) == 'table' and reply.err then
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end  -- as redis.call would
+    set_aside(P, flow)
+    return empty
+  end
+  return reply
 end
 
 local function flow_write(P, flow, id, front)
@@ -61,17 +76,17 @@ local function flow_size(P, flow)
 end
 
 local function flow_ids(P, flow)
-  if is_ordered(flow) then return redis.call('ZRANGE', flow_key(P, flow), 0, -1) end
-  return redis.call('LRANGE', flow_key(P, flow), 0, -1)
+  if is_ordered(flow) then return on_flow(P, flow, redis.pcall('ZRANGE', flow_key(P, flow), 0, -1), {}) end
+  return on_flow(P, flow, redis.pcall('LRANGE', flow_key(P, flow), 0, -1), {})
 end
 
 -- Take one waiting id out of its flow (an operator's cancel): true if it was there.
 local function flow_remove(P, flow, id)
-  if is_ordered(flow) then return redis.call('ZREM', flow_key(P, flow), id) == 1 end
-  return redis.call('LREM', flow_key(P, flow), 1, id) == 1
+  if is_ordered(flow) then return on_flow(P, flow, redis.pcall('ZREM', flow_key(P, flow), id), 0) == 1 end
+  return on_flow(P, flow, redis.pcall('LREM', flow_key(P, flow), 1, id), 0) == 1
 end
 
 local function flow_holds(P, flow, id)
-  if is_ordered(flow) then return redis.call('ZSCORE', flow_key(P, flow), id) ~= false end
-  return redis.call('LPOS', flow_key(P, flow), id) ~= false
+  if is_ordered(flow) then return on_flow(P, flow, redis.pcall('ZSCORE', flow_key(P, flow), id), false) ~= false end
+  return on_flow(P, flow, redis.pcall('LPOS', flow_key(P, flow), id), false) ~= false
 end

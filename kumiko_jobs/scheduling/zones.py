@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any
 
 import redis
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from rq.utils import as_text
 
 from kumiko_jobs.conf import import_setting
@@ -80,10 +80,11 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
         tenant_id = listed
         try:
             name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
-        except DatabaseError:
+        except (OperationalError, InterfaceError):
             # The database, not this tenant (a restart, a failover): every tenant would land in
             # UTC, and the planner would drop the other zones' cursors. The rebuild is given up,
-            # the installed index stays, and the next refresh tries again.
+            # the installed index stays, and the next refresh tries again. (A query that fails
+            # for one tenant, ProgrammingError or DataError, is that tenant's: UTC, below.)
             raise
         except Exception as exc:  # the project's function: one tenant must not stop the index
             name = f"<{exc.__class__.__name__}: {exc}>"

@@ -123,6 +123,18 @@ def test_a_database_failing_the_zone_lookup_keeps_the_installed_index(tenants: A
     assert acme in list(tenants_in_zone("Europe/Berlin"))
 
 
+def test_a_query_that_fails_for_one_tenant_puts_that_tenant_in_utc(tenants: Any) -> None:
+    """A query error of one tenant's (its schema is missing) is not the database's: the index
+    is still rebuilt, that tenant in UTC, instead of every rebuild failing for good."""
+    from tests.testapp.tenants import QUERY_FAILS
+
+    acme, globex = str(tenants[0].pk), str(tenants[1].pk)
+    set_zones({acme: QUERY_FAILS.decode(), globex: "Asia/Tokyo"})
+    refresh_tenant_zones()
+    assert acme in list(tenants_in_zone("UTC"))
+    assert globex in list(tenants_in_zone("Asia/Tokyo"))
+
+
 def test_a_rebuild_that_outlived_its_lock_leaves_the_next_ones_alone(redis_client: Any) -> None:
     from kumiko_jobs.scheduling.zones import release_rebuild_lock, try_rebuild_lock
 

@@ -34,11 +34,17 @@ def tenant_timezone(tenant_id: object) -> str:
         from django.db import OperationalError
 
         raise OperationalError("the database system is shutting down")  # what a restart says
+    if zone == QUERY_FAILS:
+        from django.db import ProgrammingError
+
+        raise ProgrammingError('relation "acme.settings" does not exist')  # this tenant's own
     return zone.decode() if zone is not None else "UTC"
 
 
 # set_zones({tenant: DATABASE_DOWN.decode()}): tenant_timezone() fails as a database restart would.
 DATABASE_DOWN = b"!database-down"
+# set_zones({tenant: QUERY_FAILS.decode()}): a query that fails for this tenant only.
+QUERY_FAILS = b"!query-fails"
 
 
 def many() -> range:
