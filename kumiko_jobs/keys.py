@@ -38,7 +38,7 @@ SUCCEEDING_SUFFIX = "tok:"  # sorted set: tenant -> succeeded runs
 FAILING_SUFFIX = "tfail:"  # sorted set: tenant -> final failures
 NO_TENANT = "-"  # the tenant field of runs without a tenant
 STATS_TTL = 26 * 3600  # 24 full hours and the current one, with a margin
-BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (taken out of service)
+BROKEN_SUFFIX = "broken"  # set of flows whose key had the wrong Redis type (moved aside to <this>:<flow>)
 QUEUED_SUFFIX = "queued"  # count of ids in the lane's flows (depth metric: O(1) per lane)
 SEQUENCE_SUFFIX = "seq"  # counter ordering equal priorities in ordered flows (flow_store.lua)
 
