@@ -380,3 +380,22 @@ def test_a_batch_push_names_the_limit_that_refused_a_job(tenants: list[Any]) -> 
     assert [(p.status, p.reason) for p in pushed] == [("queued", None)] * 3 + [
         ("skipped", "max_per_tenant")
     ] * 2
+
+
+def test_a_replace_push_over_a_run_whose_hash_was_lost_releases_its_limit(
+    tenants: list[Any], redis_client: Any
+) -> None:
+    """The waiting run's hash is gone (deleted, evicted): its skip limit was counted at its push,
+    as the new run's is (same job and tenant). The replace push credits and forgets it; before,
+    the lost run's slot refused the new run (max_per_tenant=1) and was never given back."""
+    from kumiko_jobs.connection import get_keys
+    from kumiko_jobs.testing import drain
+
+    tenant = str(tenants[0].pk)
+    lost = dispatch("tests.replacing_limited", {"n": 1}, tenant=tenant)
+    redis_client.delete(get_keys().job(lost.job_id))
+    newer = dispatch("tests.replacing_limited", {"n": 2}, tenant=tenant)
+    assert newer.status == "queued"
+    assert not redis_client.exists(get_keys().job(lost.job_id))  # no stub hash made for it
+    assert drain() == {"succeeded": 1}
+    assert redis_client.hlen(get_keys().active) == 0  # every limit count given back

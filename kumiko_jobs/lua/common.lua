@@ -117,13 +117,25 @@ local function forget_limits(active, limit_keys)
   end
 end
 
--- concurrency="replace": the waiting runs of a flow will never run. Returns their ids.
-local function drop_waiting(P, active, flow)
+-- The skip limits a waiting run counts: its hash's, or for a run whose hash was lost (deleted,
+-- evicted) ``same``, the keys of a run of the same flow (the same job, tenant and scope).
+local function waiting_limits(old, same)
+  local lk = redis.call('HGET', job_key(old), 'kumiko_lk')
+  if lk then return lk end
+  if redis.call('EXISTS', job_key(old)) == 0 then return same end
+  return ''
+end
+
+-- concurrency="replace": the waiting runs of a flow will never run; ``limit_keys``: the
+-- replacing run's. Returns their ids.
+local function drop_waiting(P, active, flow, limit_keys)
   local dropped = {}
   for _, old in ipairs(flow_ids(P, flow)) do
-    forget_limits(active, redis.call('HGET', job_key(old), 'kumiko_lk'))
-    redis.call('HSET', job_key(old), 'status', 'canceled')
-    redis.call('EXPIRE', job_key(old), 86400)
+    forget_limits(active, waiting_limits(old, limit_keys))
+    if redis.call('EXISTS', job_key(old)) == 1 then  -- no stub hash for a lost one
+      redis.call('HSET', job_key(old), 'status', 'canceled')
+      redis.call('EXPIRE', job_key(old), 86400)
+    end
     dropped[#dropped + 1] = old
   end
   redis.call('DEL', flow_key(P, flow))

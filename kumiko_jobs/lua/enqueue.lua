@@ -56,7 +56,7 @@ if replace == '1' and limit_keys ~= '' then
   -- is room for it. (Refusing instead kept the stale run and turned "replace" into "skip".)
   credit = {}
   for _, old in ipairs(flow_ids(P, flow)) do
-    for key in each_line(redis.call('HGET', job_key(old), 'kumiko_lk') or '') do
+    for key in each_line(waiting_limits(old, limit_keys)) do
       credit[key] = (credit[key] or 0) + 1
     end
   end
@@ -71,7 +71,7 @@ if restore == '1' and (redis.call('ZSCORE', scheduled, id) or flow_holds(P, flow
 end
 local out = {'q'}
 if replace == '1' then
-  for _, old in ipairs(drop_waiting(P, active, flow)) do out[#out + 1] = old end
+  for _, old in ipairs(drop_waiting(P, active, flow, limit_keys)) do out[#out + 1] = old end
 end
 if debounce_key ~= '' then
   redis.call('SET', debounce_key, id, 'PX', math.floor(debounce_seconds * 2000) + 1000)
