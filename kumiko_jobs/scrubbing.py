@@ -3,8 +3,8 @@ lines before they are stored (run records, Redis) or logged.
 
 ``KUMIKO_JOBS["SCRUBBER"]`` names a ``(text) -> text`` function; the default, ``scrub_text``,
 removes e-mail addresses, bearer/basic credentials, ``password=...``-style secrets, passwords
-in URLs (``scheme://user:password@host``) and card-like digit runs (13-19 digits that pass the
-Luhn check, so timestamps and ids in tracebacks survive). ``None`` stores text as it is.
+in URLs (``scheme://user:password@host``) and card-like digit runs (13-19 digits standing
+alone that pass the Luhn check, so timestamps and ids in tracebacks survive). ``None`` stores text as it is.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ _SECRET_PARAM = re.compile(
     r"([\"']?\s*[=:]\s*)(?!\[)(\"[^\"]*\"|'[^']*'|[^\s&,;]+)"
 )
 _EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-# 13-19 digits, optionally grouped by single spaces or dashes, not part of a longer number.
-_DIGIT_RUN = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+# 13-19 digits, optionally grouped by single spaces or dashes, not part of a longer number or
+# word: the digits between a UUID's letters ("01a2470c-f111-7337-9847-75845f5f7318") passed the
+# Luhn check one time in ten, and a run id in a log line became "[card]".
+_DIGIT_RUN = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
 
 
 def scrub_text(text: str) -> str:

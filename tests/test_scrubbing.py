@@ -55,6 +55,9 @@ def test_default_scrubber_removes_personal_data_and_secrets(raw: str, scrubbed: 
         "job id 1734567890124 took 12 ms",  # a 13-digit number that is no card (Luhn fails)
         "4111 1111 1111 1112",  # card-shaped, wrong check digit
         "run 4f1c2a7e-1b2c-4d3e-8f90-123456789012 failed",
+        # Digits between a UUID's letters that pass the Luhn check (a run id in a log line).
+        "Task id=01a2470c-f111-7337-9847-75845f5f7318 state=FAILED",
+        "job t1-01a2470c1111733798477584513f7318 ran",
         "Basic authentication failed for the partner API",
         "the bearer of bad news",
         "ValueError: invalid literal for int() with base 10: 'x'",
