@@ -134,8 +134,9 @@ def mark_dropped(
 
 def mark_not_enqueued(run_id: uuid.UUID, *, now: datetime, reason: str) -> None:
     """A row written before its push (in the caller's transaction, or pushed late by the outbox)
-    whose push a gate refused."""
-    JobRun.objects.filter(pk=run_id).update(
+    whose push a gate refused; only while it is still queued: a late push (the outbox, repair)
+    may be refused because the run was pushed and ran meanwhile, and its outcome stays."""
+    JobRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
         status=RunStatus.DROPPED, finished_at=now, updated_at=now, error=f"Not enqueued: {reason}"
     )
 

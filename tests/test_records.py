@@ -69,3 +69,19 @@ def test_safe_never_raises_and_says_whether_the_write_happened(caplog: pytest.Lo
     assert guarded_writes.safe(broken) is False
     assert "run record write broken failed" in caplog.text
     assert guarded_writes.safe(records.mark_pushed, [], now=datetime.now(UTC)) is True
+
+
+def test_a_refused_late_push_leaves_a_run_that_ran_meanwhile_alone() -> None:
+    """The outbox or repair pushes a row again; a gate refuses it because the run was pushed
+    and ran meanwhile: its outcome must stay, not become "dropped"."""
+    from kumiko_jobs import dispatch
+    from kumiko_jobs.testing import drain
+
+    ran = dispatch("tests.record", {"n": 1})
+    waiting = dispatch("tests.record", {"n": 2}, delay=60)
+    assert drain(timeout=0) == {"succeeded": 1}
+    now = datetime.now(UTC)
+    for result in (ran, waiting):
+        records.mark_not_enqueued(result.run_id, now=now, reason="max_per_tenant")
+    assert JobRun.objects.get(pk=ran.run_id).status == RunStatus.SUCCEEDED
+    assert JobRun.objects.get(pk=waiting.run_id).status == RunStatus.DROPPED  # still queued: dropped
