@@ -34,7 +34,7 @@ from rq.utils import as_text
 from kumiko_jobs import faults, guarded_writes, keyset, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.definitions import wrapped_job
+from kumiko_jobs.definitions import wrapped_job, wrapper_name
 from kumiko_jobs.dispatching import record_pushes
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
@@ -136,8 +136,13 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     waiting = Q(pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
     suspects = Suspects(keys.suspects(lane, "outbox"), owned_by(keys) & waiting)
     cutoff = datetime.now(UTC) - timedelta(seconds=OUTBOX_GRACE)
+    # Only runs of jobs this process declares: one it cannot push (a job removed, or a newer
+    # deploy's not here yet) would stay in the batch's window for good, and once BATCH of them
+    # were there, every newer committed run waited behind them.
     rows = list(
-        JobRun.objects.filter(owned_by(keys), waiting, queued_at__lt=cutoff)
+        JobRun.objects.filter(
+            owned_by(keys), waiting, queued_at__lt=cutoff, job_name__in=declared_run_names()
+        )
         .order_by("queued_at")
         .only(*ROW_FIELDS)[:BATCH]
     )
@@ -155,6 +160,13 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     guarded_writes.safe(records.mark_pushed, held, now=datetime.now(UTC))
     suspects.note(client, missing)
     return done + len(held)
+
+
+def declared_run_names() -> list[str]:
+    """The job names this process's runs can carry: each declared job's, and its fan-out
+    wrapper's."""
+    jobs = registry.all()
+    return [*(d.name for d in jobs), *(wrapper_name(d.name) for d in jobs if d.per_tenant)]
 
 
 @dataclass

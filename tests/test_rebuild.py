@@ -242,3 +242,26 @@ def test_a_run_is_prepared_again_from_the_fields_its_batch_read(django_assert_nu
     row = JobRun.objects.only(*ROW_FIELDS).get(pk=result.run_id)
     with django_assert_num_queries(0):
         assert _prepared(row, admit=True) is not None
+
+
+def test_runs_of_undeclared_jobs_do_not_hold_up_the_outbox(
+    settings: Any, redis_client: Any, traces: Any, age_suspects: Any, monkeypatch: Any
+) -> None:
+    """Committed runs of a job this process does not declare (removed, or not deployed here yet)
+    cannot be pushed: they filled the outbox's batch for good, and newer runs waited behind."""
+    monkeypatch.setattr("kumiko_jobs.rebuild.BATCH", 2)
+    real = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**real, "REDIS_URL": DEAD_REDIS, "REDIS_TIMEOUT": 0.2}
+    with transaction.atomic():
+        gone = [dispatch("tests.record", {"n": n}) for n in range(2)]
+        kept = dispatch("tests.record", {"n": 9})
+    settings.KUMIKO_JOBS = real
+    JobRun.objects.filter(pk__in=[r.run_id for r in gone]).update(job_name="tests.removed_since")
+    _age(pk__in=[r.run_id for r in [*gone, kept]])
+    JobRun.objects.filter(pk=kept.run_id).update(queued_at=timezone.now() - timedelta(minutes=4))
+    push_waiting(redis_client, get_keys(), "worker")  # suspects: Redis lacks them
+    age_suspects()
+    _next_outbox_round(redis_client)
+    assert push_waiting(redis_client, get_keys(), "worker") == 1
+    assert drain() == {"succeeded": 1}
+    assert [e["payload"]["n"] for e in traces("record")] == [9]
