@@ -93,6 +93,15 @@ class KumikoTaskBackend(BaseTaskBackend):
                 f"run_after must be a datetime, got {type(task.run_after).__name__}; "
                 "for a delay use .using(run_after=timezone.now() + timedelta(...))."
             )
+        from kumiko_jobs.validation import MAX_DELAY_SECONDS
+
+        ahead = _until(task.run_after, timezone.now()).total_seconds() if task.run_after is not None else 0.0
+        if ahead > MAX_DELAY_SECONDS:
+            # What dispatch() refuses as InvalidDispatch, refused where Django expects it.
+            raise InvalidTask(
+                f"run_after={task.run_after} is more than {MAX_DELAY_SECONDS // 86400} days "
+                "ahead; schedule it closer, or store the date and enqueue it later."
+            )
         super().validate_task(task)
         if lane_of(task.queue_name) is None:
             raise InvalidTask(

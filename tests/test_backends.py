@@ -366,3 +366,17 @@ def test_a_task_enqueued_in_a_run_takes_its_tenant_whatever_the_activator(
     assert drain() == {"succeeded": 2}
     parent.refresh()
     assert JobRun.objects.get(pk=parent.return_value).tenant_id == str(tenants[1].pk)
+
+
+def test_a_run_after_more_than_a_year_ahead_is_an_invalid_task() -> None:
+    """Django's contract: a task the backend cannot run is InvalidTask (Django checks it as the
+    task is made), not kumiko's InvalidDispatch from enqueue()."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    with pytest.raises(InvalidTask, match="more than 366 days ahead"):  # Django validates in using()
+        tasks.returns_tuple.using(run_after=timezone.now() + timedelta(days=400)).enqueue()
+    assert not JobRun.objects.exists()
+    near = tasks.returns_tuple.using(run_after=timezone.now() + timedelta(days=300))
+    assert near.enqueue().status.name == "READY"
