@@ -93,6 +93,7 @@ class KumikoTaskBackend(BaseTaskBackend):
                 f"run_after must be a datetime, got {type(task.run_after).__name__}; "
                 "for a delay use .using(run_after=timezone.now() + timedelta(...))."
             )
+        super().validate_task(task)  # a naive run_after with USE_TZ: Django's own message
         from kumiko_jobs.validation import MAX_DELAY_SECONDS
 
         ahead = _until(task.run_after, timezone.now()).total_seconds() if task.run_after is not None else 0.0
@@ -102,7 +103,6 @@ class KumikoTaskBackend(BaseTaskBackend):
                 f"run_after={task.run_after} is more than {MAX_DELAY_SECONDS // 86400} days "
                 "ahead; schedule it closer, or store the date and enqueue it later."
             )
-        super().validate_task(task)
         if lane_of(task.queue_name) is None:
             raise InvalidTask(
                 f"Queue {task.queue_name!r} is not valid for backend. KumikoTaskBackend's queues are "
