@@ -44,9 +44,11 @@ def insert_queued(rows: Sequence[RunRow], *, after_push: bool = False) -> None:
     statement = run_rows.statement(alias)
     if len(rows) == 1:  # every dispatch: one statement with an async commit, see run_updates.execute
         if pg_pipeline.available(connection):
-            pg_pipeline.execute(connection, statement.text_sql, statement.text_params(rows[0]))
+            inserted = pg_pipeline.execute(connection, statement.text_sql, statement.text_params(rows[0]))
         else:
-            execute(connection, statement.sql(), statement.params(rows[0]))
+            inserted = execute(connection, statement.sql(), statement.params(rows[0]))
+        if not inserted:
+            keep_queue_time(rows[0])
         return
     own_transaction = not connection.in_atomic_block
     with transaction.atomic(using=alias), connection.cursor() as cursor:
@@ -76,7 +78,8 @@ def start_insert_queued(row: RunRow) -> Callable[[], bool] | None:
 
     def wait() -> bool:
         try:
-            pending.wait()
+            if not pending.wait():
+                keep_queue_time(row)
         except DatabaseError:
             # A broken connection (replaced by wait) or a bad value: the usual insert says which,
             # and logs it; ON CONFLICT makes a second insert of a written row harmless.
@@ -84,6 +87,14 @@ def start_insert_queued(row: RunRow) -> Callable[[], bool] | None:
         return True
 
     return wait
+
+
+def keep_queue_time(row: RunRow) -> None:
+    """The row of a new run was there before its INSERT: a worker took the run first and created
+    it, with its start as the queue time. The run was queued at ``row.queued_at`` (a Django
+    task's ``enqueued_at`` says so too): moved back to it, never forward. Rare; no round trip
+    otherwise."""
+    JobRun.objects.filter(pk=row.id, queued_at__gt=row.queued_at).update(queued_at=row.queued_at)
 
 
 def insert_claiming(rows: Sequence[RunRow]) -> set[str]:

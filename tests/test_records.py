@@ -62,6 +62,35 @@ def test_an_outcome_for_a_run_without_a_row_creates_it_once() -> None:
     assert (run.status, run.worker, run.logs) == (RunStatus.SUCCEEDED, "w1", [{"msg": "done"}])
 
 
+def test_a_dispatchers_late_insert_gives_a_row_a_worker_created_its_queue_time() -> None:
+    """A fast worker (another process) took the run before the dispatcher's INSERT and created
+    the row with its start as the queue time; the late INSERT finds it and sets the queue time
+    the run has (a Django task's enqueued_at read back must be enqueue()'s)."""
+    from datetime import timedelta
+
+    from kumiko_jobs import run_rows
+
+    prepared = _prepared()
+    meta = meta_of(prepared)
+    later = prepared.row.queued_at + timedelta(milliseconds=5)
+    start = attempt_records.Started(job_id=prepared.job_id, payload={}, worker="w1", at=later)
+    attempt_records.mark_succeeded(meta=meta, now=later, logs=[], started=start)
+    assert JobRun.objects.get(pk=prepared.row.id).queued_at == later
+    sent = records.start_insert_queued(prepared.row)  # the dispatcher's insert, late
+    if sent is None:
+        records.insert_queued([prepared.row])  # not PostgreSQL's pipeline: the usual insert
+    else:
+        assert sent()
+    run = JobRun.objects.get(pk=prepared.row.id)
+    assert (run.queued_at, run.status, run.started_at) == (prepared.row.queued_at, RunStatus.SUCCEEDED, later)
+    # Pipelined (PostgreSQL) or not, and never forward: a worker's own late insert moves nothing.
+    again = run_rows.new_run_row(
+        meta=meta, job_id=prepared.job_id, payload={}, queued_at=later + timedelta(1)
+    )
+    records.insert_queued([again])
+    assert JobRun.objects.get(pk=prepared.row.id).queued_at == prepared.row.queued_at
+
+
 def test_safe_never_raises_and_says_whether_the_write_happened(caplog: pytest.LogCaptureFixture) -> None:
     def broken() -> None:
         raise ValueError("badly formed value")
