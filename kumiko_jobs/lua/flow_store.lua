@@ -15,8 +15,8 @@ local function ordered_score(P, id, front)
 end
 
 -- A flow key that holds another type (something else wrote it) is renamed aside, kept for
--- operators as <key>:broken and listed in the lane's broken set: the flow goes on with a fresh
--- key. Left in place, it failed every later push halfway, after its limits were counted and its
+-- operators as <lane>broken:<flow> and listed in the lane's broken set: the flow goes on with
+-- a fresh key. Left in place, it failed every later push halfway, after its limits were counted and its
 -- hash written (and a requeue into it lost the run).
 local function set_aside(P, flow)
   local key = flow_key(P, flow)
