@@ -132,6 +132,9 @@ def test_redis_restart_without_persistence_under_load_loses_nothing(
     env = {"KUMIKO_REDIS_URL": url}
     # One a --threads worker: its claimer waits the outage out with the finishes it holds.
     workers = [chaos_workers(*(THREADED if n == 0 else ()), env=env, wait=False) for n in range(2)]
+    # Both up before Redis goes: a runjobs that meets no Redis at its start fails fast (exit 1),
+    # and on a loaded machine one still starting met the restart.
+    wait_until(lambda: all("consuming lane" in w.output() for w in workers), 60, "both workers up")
     accepted: list[str] = []
     refused = 0
     downtime: list[float] = []
