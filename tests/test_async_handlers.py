@@ -164,10 +164,6 @@ def test_a_database_call_left_running_past_the_timeout_holds_up_nothing(
 
 
 def test_blocking_without_awaiting_in_a_job_thread_is_stopped_and_the_loop_still_works() -> None:
-    import asyncio
-
-    outcomes: list[Any] = []
-
     async def blocks() -> None:
         # Python code that never awaits (a C call that blocks, such as time.sleep, sees the
         # watchdog's exception only when it returns: reported stuck, as for plain handlers).
@@ -175,25 +171,12 @@ def test_blocking_without_awaiting_in_a_job_thread_is_stopped_and_the_loop_still
         while time.monotonic() < end:
             pass
 
-    async def answer() -> int:
-        await asyncio.sleep(0)
-        return 42
-
-    def in_thread() -> None:
-        try:
-            started = time.monotonic()
-            try:
-                run_coroutine(blocks, (), timeout=0.05, job_name="tests.blocks")
-            except JobTimeout as exc:
-                outcomes.append((str(exc), time.monotonic() - started < 3))
-            outcomes.append(run_coroutine(answer, (), timeout=1.0, job_name="tests.answer"))
-        finally:
-            close_thread_loop()
-
-    thread = threading.Thread(target=in_thread)
-    thread.start()
-    thread.join(timeout=10)
-    assert outcomes == [("Job 'tests.blocks' exceeded its timeout of 0.05s and was stopped.", True), 42]
+    error, seconds, after = _timed_out_then_next_job(blocks, "tests.blocks")
+    assert (str(error), seconds < 3, after) == (
+        "Job 'tests.blocks' exceeded its timeout of 0.05s and was stopped.",
+        True,
+        42,
+    )
 
 
 def test_an_interrupted_loop_is_replaced_so_the_old_job_never_resumes() -> None:
@@ -286,8 +269,6 @@ def test_a_handler_that_ignores_its_timeout_cancellation_is_stopped_and_its_thre
     stops it, and closing its loop does not wait on it for good."""
     import asyncio
 
-    outcomes: list[Any] = []
-
     async def swallows() -> None:
         while True:
             try:
@@ -295,26 +276,8 @@ def test_a_handler_that_ignores_its_timeout_cancellation_is_stopped_and_its_thre
             except asyncio.CancelledError:
                 continue  # deliberately ignores its cancellation
 
-    async def answer() -> int:
-        await asyncio.sleep(0)
-        return 42
-
-    def in_thread() -> None:
-        try:
-            started = time.monotonic()
-            try:
-                run_coroutine(swallows, (), timeout=0.05, job_name="tests.swallows")
-            except JobTimeout as exc:
-                outcomes.append((type(exc).__name__, time.monotonic() - started < 6))
-            outcomes.append(run_coroutine(answer, (), timeout=1.0, job_name="tests.answer"))
-        finally:
-            close_thread_loop()
-
-    thread = threading.Thread(target=in_thread, daemon=True)  # a hang must not keep pytest
-    thread.start()
-    thread.join(timeout=15)
-    assert not thread.is_alive(), "the thread hangs on a handler that ignores its cancellation"
-    assert outcomes == [("JobTimeout", True), 42]
+    error, seconds, after = _timed_out_then_next_job(swallows, "tests.swallows")
+    assert (type(error).__name__, seconds < 6, after) == ("JobTimeout", True, 42)
 
 
 def test_an_activation_still_entering_when_the_handler_is_cancelled_is_left_with_the_job(
@@ -352,3 +315,36 @@ def test_an_activation_still_entering_when_the_handler_is_cancelled_is_left_with
     thread.start()
     thread.join(timeout=15)
     assert outcomes == ["timeout", [("enter", "t-slow"), ("exit", "t-slow")]]
+
+
+def _timed_out_then_next_job(handler: Any, job_name: str) -> tuple[BaseException | None, float, Any]:
+    """Run ``handler`` with a 0.05 s timeout, then a next job, on one job thread (not the main
+    one): the timeout's exception, the seconds until it came, and what the next job returned.
+    Fails if the thread is still stuck after 15 s."""
+    import asyncio
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    outcomes: list[Any] = []
+
+    def in_thread() -> None:
+        try:
+            started = time.monotonic()
+            try:
+                run_coroutine(handler, (), timeout=0.05, job_name=job_name)
+                outcomes.append(None)
+            except JobTimeout as exc:
+                outcomes.append(exc)
+            outcomes.append(time.monotonic() - started)
+            outcomes.append(run_coroutine(answer, (), timeout=1.0, job_name="tests.answer"))
+        finally:
+            close_thread_loop()
+
+    thread = threading.Thread(target=in_thread, daemon=True)  # a hang must not keep pytest
+    thread.start()
+    thread.join(timeout=15)
+    assert not thread.is_alive(), f"the thread of {job_name} hangs"
+    error, seconds, after = outcomes
+    return error, seconds, after
