@@ -250,15 +250,20 @@ def test_redis_hears_nothing_of_a_stale_attempt() -> None:
     assert get_redis().hget(get_keys().job(job.job_id), "status") == b"started"
 
 
-def test_a_write_sent_again_after_its_answer_was_lost_counts_as_written(said: Any) -> None:
-    """The first try committed and the connection dropped before its answer: guarded_writes
-    sends it again, and the guard then finds the row moved on by that same write."""
+def _started_by_a_worker() -> tuple[Any, JobMeta, Started]:
+    """A run of tests.record claimed by worker "w" and started now: its dispatch, meta, start."""
     result = dispatch("tests.record", {"n": 1})
     job = finish_and_claim(get_redis(), get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
     assert job is not None
-    meta = JobMeta.from_json(job.meta_raw)
-    now = datetime.now(UTC)
-    start = Started(job_id=job.job_id, payload={"n": 1}, worker="w", at=now)
+    start = Started(job_id=job.job_id, payload={"n": 1}, worker="w", at=datetime.now(UTC))
+    return result, JobMeta.from_json(job.meta_raw), start
+
+
+def test_a_write_sent_again_after_its_answer_was_lost_counts_as_written(said: Any) -> None:
+    """The first try committed and the connection dropped before its answer: guarded_writes
+    sends it again, and the guard then finds the row moved on by that same write."""
+    result, meta, start = _started_by_a_worker()
+    now = start.at
     update = prepare_succeeded(meta=meta, now=now, logs=[], started=start)
     update.mark_outcome()
     update.mark_outcome()  # the same write, sent again: no StaleAttempt
@@ -270,12 +275,8 @@ def test_a_write_sent_again_after_its_answer_was_lost_counts_as_written(said: An
 def test_a_write_sent_again_after_its_answer_was_lost_keeps_its_log_lines_once(write: str) -> None:
     """A deferral or a requeue leaves the run unfinished at the same attempt, so its write sent
     again passes the guard a second time: it must not append the attempt's lines again."""
-    result = dispatch("tests.record", {"n": 1})
-    job = finish_and_claim(get_redis(), get_keys(), "worker", claim=Claim("w", "z", time.time() + 60))
-    assert job is not None
-    meta = JobMeta.from_json(job.meta_raw)
-    now = datetime.now(UTC)
-    start = Started(job_id=job.job_id, payload={"n": 1}, worker="w", at=now)
+    result, meta, start = _started_by_a_worker()
+    now = start.at
     line = {"t": now.isoformat(), "level": "info", "msg": f"{write} once", "attempt": 1}
     later = now + timedelta(seconds=5)
     for _ in range(2):  # the first try committed, its answer was lost, and it is sent again
