@@ -117,13 +117,13 @@ local function forget_limits(active, limit_keys)
   end
 end
 
--- The skip limits a waiting run counts: its hash's, or for a run whose hash was lost (deleted,
--- evicted) ``same``, the keys of a run of the same flow (the same job, tenant and scope).
+-- The skip limits a waiting run counts, and whether its hash is there: its hash's, or for a run
+-- whose hash was lost (deleted, evicted) ``same``, the keys of a run of the same flow (the same
+-- job, tenant and scope). One read: every job hash has a status.
 local function waiting_limits(old, same)
-  local lk = redis.call('HGET', job_key(old), 'kumiko_lk')
-  if lk then return lk end
-  if redis.call('EXISTS', job_key(old)) == 0 then return same end
-  return ''
+  local f = redis.call('HMGET', job_key(old), 'kumiko_lk', 'status')
+  if not f[2] then return same, false end
+  return f[1] or '', true
 end
 
 -- concurrency="replace": the waiting runs of a flow will never run; ``limit_keys``: the
@@ -131,8 +131,9 @@ end
 local function drop_waiting(P, active, flow, limit_keys)
   local dropped = {}
   for _, old in ipairs(flow_ids(P, flow)) do
-    forget_limits(active, waiting_limits(old, limit_keys))
-    if redis.call('EXISTS', job_key(old)) == 1 then  -- no stub hash for a lost one
+    local limits, held = waiting_limits(old, limit_keys)
+    forget_limits(active, limits)
+    if held then  -- no stub hash for a lost one
       redis.call('HSET', job_key(old), 'status', 'canceled')
       redis.call('EXPIRE', job_key(old), 86400)
     end

@@ -56,7 +56,7 @@ if replace == '1' and limit_keys ~= '' then
   -- is room for it. (Refusing instead kept the stale run and turned "replace" into "skip".)
   credit = {}
   for _, old in ipairs(flow_ids(P, flow)) do
-    for key in each_line(waiting_limits(old, limit_keys)) do
+    for key in each_line((waiting_limits(old, limit_keys))) do  -- the keys only
       credit[key] = (credit[key] or 0) + 1
     end
   end
