@@ -98,6 +98,47 @@ def staff_client(settings: Any, django_user_model: Any) -> Any:
     return login
 
 
+# The fixtures that give a test the database (pytest-django's, and those built on them).
+_DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every run row a test leaves keeps the run table's invariants. The table has no CHECK
+    constraints (models.JobRun.Meta: PostgreSQL rebuilds them for every write), so the whole
+    suite, workers' writes included, checks them here instead: read before the test's
+    database is rolled back or flushed, reported as the test's teardown error."""
+    broken = _runs_breaking_invariants(item)
+    result = yield
+    assert not broken, f"run rows break the run table's invariants: {broken}"
+    return result
+
+
+def _runs_breaking_invariants(item: pytest.Item) -> list[tuple[Any, ...]]:
+    if item.get_closest_marker("django_db") is None and not _DATABASE_FIXTURES & set(
+        getattr(item, "fixturenames", ())
+    ):
+        return []
+    from django.db import DatabaseError
+    from django.db.models import Q
+
+    from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
+
+    broken = (
+        ~Q(status__in=RunStatus.values)
+        | Q(attempt__lt=1)
+        | Q(max_attempts__lt=0)
+        | Q(defer_count__lt=0)
+        | Q(fanout_count__lt=0)
+        | Q(status__in=FINISHED_STATUSES, finished_at__isnull=True)
+    )
+    fields = ("job_id", "status", "attempt", "max_attempts", "defer_count", "fanout_count", "finished_at")
+    try:
+        return list(JobRun.objects.filter(broken).values_list(*fields)[:5])
+    except DatabaseError:
+        return []  # the test left its connection unusable: its own failure says why
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The chaos suite's figures (tests/integration/chaos.py), one line per scenario: kept with
     each test's report, so they are printed under pytest-xdist too, and also when the test failed."""

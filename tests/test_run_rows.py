@@ -155,10 +155,10 @@ def test_rows_written_after_their_push_go_through_the_stage_at_once() -> None:
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="COPY is PostgreSQL's")
-def test_a_copy_that_breaks_a_check_constraint_raises_and_writes_nothing() -> None:
+def test_a_copy_that_breaks_a_constraint_raises_and_writes_nothing() -> None:
     rows = _rows(run_rows.COPY_FROM, tag="k")
-    rows[3].attempt = 0  # kj_run_attempt_positive: no staging can mend that
-    with pytest.raises(IntegrityError, match="kj_run_attempt_positive"):
+    rows[3].lane = None  # type: ignore[assignment]  # NOT NULL: no staging can mend that
+    with pytest.raises(IntegrityError, match='"lane"'):
         records.insert_queued(rows)
     assert not JobRun.objects.filter(job_id__startswith="k-").exists()
 
