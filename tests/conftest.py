@@ -98,8 +98,9 @@ def staff_client(settings: Any, django_user_model: Any) -> Any:
     return login
 
 
-# The fixtures that give a test the database (pytest-django's, and those built on them).
-_DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
+# The fixtures that give a test the database (pytest-django's; those built on them are in a
+# test's fixture closure too).
+_DATABASE_FIXTURES = frozenset({"db", "transactional_db", "live_server"})
 
 
 @pytest.hookimpl(wrapper=True)
@@ -135,8 +136,11 @@ def _runs_breaking_invariants(item: pytest.Item) -> list[tuple[Any, ...]]:
     fields = ("job_id", "status", "attempt", "max_attempts", "defer_count", "fanout_count", "finished_at")
     try:
         return list(JobRun.objects.filter(broken).values_list(*fields)[:5])
-    except DatabaseError:
-        return []  # the test left its connection unusable: its own failure says why
+    except (DatabaseError, RuntimeError):
+        # The test left its connection unusable, or never got the database (its setup failed,
+        # pytest-django's blocker raises RuntimeError): its own report says why. Nothing may
+        # escape before the hook's yield, or the test's fixtures would not be torn down.
+        return []
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
