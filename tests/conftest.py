@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +32,30 @@ def kumiko_prefix(settings: Any) -> Iterator[str]:
 @pytest.fixture
 def redis_client() -> redis.Redis:
     return get_redis()
+
+
+# CLIENT PAUSE holds every client of the server, and any UNPAUSE ends every pause: the tests
+# that pause take turns through this file's lock (the suite runs in several processes, and
+# clean clones beside it share the Redis), so one test's UNPAUSE cannot end another's pause.
+_PAUSE_LOCK = Path(tempfile.gettempdir()) / "kumiko-tests-redis-pause.lock"
+
+
+@pytest.fixture
+def redis_writes_paused(redis_client: redis.Redis) -> Callable[[int], AbstractContextManager[None]]:
+    """``with redis_writes_paused(ms):`` Redis refuses to answer writes for up to ``ms``
+    milliseconds, or until the block ends."""
+
+    @contextmanager
+    def paused(milliseconds: int) -> Iterator[None]:
+        with _PAUSE_LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            redis_client.execute_command("CLIENT", "PAUSE", milliseconds, "WRITE")
+            try:
+                yield
+            finally:
+                redis_client.execute_command("CLIENT", "UNPAUSE")
+
+    return paused
 
 
 @pytest.fixture

@@ -142,7 +142,9 @@ def test_chained_dispatch_keeps_tenant_and_correlation(traces: Any, tenants: lis
     assert child["corr"] == parent["corr"]
 
 
-def test_redis_stalling_after_the_row_was_written_leaves_no_row(settings: Any, redis_client: Any) -> None:
+def test_redis_stalling_after_the_row_was_written_leaves_no_row(
+    settings: Any, redis_writes_paused: Any
+) -> None:
     """Real Redis, paused for writes: the overlapped dispatch has written its row when the read
     times out, and deletes it again. (The paused command runs when the pause ends, so a worker
     would still run the job and record it: a timeout's outcome is unknown, and the error says so.)"""
@@ -151,10 +153,7 @@ def test_redis_stalling_after_the_row_was_written_leaves_no_row(settings: Any, r
     settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_TIMEOUT": 0.2}
     pushing._registered_queues.add(get_keys().queue("worker"))  # no SADD before the push
     get_keys()  # built before the pause
-    redis_client.execute_command("CLIENT", "PAUSE", 600, "WRITE")
-    try:
+    with redis_writes_paused(600):
         with pytest.raises(QueueUnavailable, match=r"did not answer within 0\.2s"):
             dispatch("tests.record", {"n": 1})
         assert not JobRun.objects.exists()
-    finally:
-        redis_client.execute_command("CLIENT", "UNPAUSE")

@@ -196,21 +196,21 @@ def test_a_fan_out_without_redis_records_no_children_and_its_retry_reaches_every
 
 
 def test_a_fan_out_whose_push_stalls_deletes_the_rows_it_wrote_meanwhile(
-    settings: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+    settings: Any, redis_client: Any, redis_writes_paused: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rows are written while Redis (paused for writes) holds the push: the read times out,
     they are deleted. The paused push runs when the pause ends; the retry then finds the
     children in Redis ("duplicate") and records each once."""
     meta, start = _wrapper(settings, redis_client)
     monkeypatch.setattr("kumiko_jobs.fanout.WRAPPER_ATTEMPTS", 1)  # one attempt, run again by hand
-    settings.KUMIKO_JOBS = {**settings.KUMIKO_JOBS, "REDIS_TIMEOUT": 0.2}
-    redis_client.execute_command("CLIENT", "PAUSE", 600, "WRITE")
-    try:
+    working = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**working, "REDIS_TIMEOUT": 0.2}
+    with redis_writes_paused(600):
         outcome = run_fan_out(meta, start, "tests.per_tenant")
         assert outcome.counted_as == "failed"
         assert not JobRun.objects.filter(job_name="tests.per_tenant").exists()
-    finally:
-        redis_client.execute_command("CLIENT", "UNPAUSE")
+    # The usual timeout again: another test's pause (they take turns) may hold writes 600 ms.
+    settings.KUMIKO_JOBS = working
     run_fan_out(meta, later(start), "tests.per_tenant")
     assert JobRun.objects.filter(job_name="tests.per_tenant").count() == 150
     assert drain() == {"succeeded": 151}
