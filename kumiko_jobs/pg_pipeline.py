@@ -90,7 +90,7 @@ Statement = tuple[bytes, Sequence[bytes | None]]  # SQL with $n placeholders, te
 class Pending:
     """Statements sent and not yet answered; ``wait()`` reads their answer (exactly once)."""
 
-    __slots__ = ("_connection", "_pgconn", "_preparing", "_statements")
+    __slots__ = ("_connection", "_parsing", "_pgconn", "_preparing", "_statements")
 
     def __init__(
         self,
@@ -103,6 +103,9 @@ class Pending:
         # Per result to come: the name a Parse prepares, or None for a statement's own result;
         # None when the statements went out unprepared.
         self._statements, self._preparing = statements, preparing
+        # Whether any Parse went out (a connection's first use of a statement); else every
+        # result is a statement's own.
+        self._parsing = preparing is not None and any(name is not None for name in preparing)
 
     def wait(self) -> int:
         """The (last) statement's row count; a database error is raised as Django's."""
@@ -113,14 +116,15 @@ class Pending:
         none of them took effect: they ran in one transaction)."""
         with self._connection.wrap_database_errors:
             try:
-                results = _read(self._pgconn)
+                results, failed = _read(self._pgconn)
             except BaseException:
                 # Answers still unread: the connection cannot take another statement.
                 self._connection.close()
                 raise
             preparing = self._preparing
-            answers = results if preparing is None else self._note_prepared(preparing, results)
-            failed = _failure(results)
+            answers = results
+            if preparing is not None and self._parsing:
+                answers = self._note_prepared(preparing, results)
             if failed is not None and preparing is not None:
                 state = _sqlstate(failed)
                 if state == _UNKNOWN_PREPARED:
@@ -139,14 +143,12 @@ class Pending:
     def _note_prepared(self, preparing: Sequence[bytes | None], results: list[Any]) -> list[Any]:
         """Remember the names whose Parse succeeded (a prepared statement outlives a failed
         transaction, and one already there answers 42P05); return the statements' own results."""
-        from psycopg import pq
-
         known = _prepared.setdefault(self._connection.connection, set())
         answers = []
         for name, result in zip(preparing, results, strict=True):
             if name is None:
                 answers.append(result)
-            elif result.status == pq.ExecStatus.COMMAND_OK or _sqlstate(result) == _DUPLICATE_PREPARED:
+            elif result.status == _pq().ExecStatus.COMMAND_OK or _sqlstate(result) == _DUPLICATE_PREPARED:
                 known.add(name)
         return answers
 
@@ -226,11 +228,16 @@ def _name_of(sql: bytes) -> bytes:
     return b"kumiko_" + hashlib.blake2b(sql, digest_size=8).hexdigest().encode()
 
 
-def _read(pgconn: Any) -> list[Any]:
-    """Every result up to the pipeline's Sync, and out of pipeline mode again."""
-    from psycopg import pq
-
+def _read(pgconn: Any) -> tuple[list[Any], Any]:
+    """Every result up to the pipeline's Sync, and out of pipeline mode again; with the first
+    failed one (None if none failed)."""
+    sync, fatal_error = _statuses()
     results = []
+    failed = None
+    # A dispatch reads this answer after Redis': it is nearly always here by then, so it is
+    # read at once, without a select() first (libpq's socket never blocks: with nothing to read
+    # this returns, and the loop below waits).
+    pgconn.consume_input()
     while True:
         while pgconn.is_busy():
             select.select([pgconn.socket], [], [])
@@ -238,23 +245,33 @@ def _read(pgconn: Any) -> list[Any]:
         result = pgconn.get_result()
         if result is None:  # the end of one statement's results in pipeline mode
             continue
-        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+        status = result.status
+        if status == sync:
             break
+        if status == fatal_error and failed is None:
+            failed = result
         results.append(result)
     pgconn.exit_pipeline_mode()
-    return results
+    return results, failed
 
 
-def _failure(results: list[Any]) -> Any:
+@cache
+def _pq() -> Any:
+    """psycopg's libpq module, imported once it is needed (psycopg2 projects never import it)."""
     from psycopg import pq
 
-    return next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+    return pq
+
+
+@cache
+def _statuses() -> tuple[int, int]:
+    """PIPELINE_SYNC and FATAL_ERROR as plain ints: the read loop compares every result's."""
+    status = _pq().ExecStatus
+    return int(status.PIPELINE_SYNC), int(status.FATAL_ERROR)
 
 
 def _sqlstate(result: Any) -> bytes:
-    from psycopg import pq
-
-    return bytes(result.error_field(pq.DiagnosticField.SQLSTATE) or b"")
+    return bytes(result.error_field(_pq().DiagnosticField.SQLSTATE) or b"")
 
 
 def _raise(result: Any) -> None:

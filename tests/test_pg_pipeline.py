@@ -3,6 +3,7 @@ commit confined to its statement, prepared statements that may vanish, errors as
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -115,6 +116,32 @@ def test_the_async_commit_applies_to_its_own_statement_only() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone() == ("on",)
+
+
+def test_an_answer_still_to_come_is_waited_for_with_the_other_threads_running() -> None:
+    """The answer is read at once when it is there (a dispatch's, after Redis'); one still to
+    come is waited for in select(), where the GIL is free: libpq's own wait would hold it, and a
+    worker's other job threads with it."""
+    ticks, done = 0, threading.Event()
+
+    def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    started = time.monotonic()
+    pending = pg_pipeline.send(connection, b"SELECT pg_sleep($1)", [b"0.3"])
+    ticker.start()
+    try:
+        assert pending.wait() == 1
+    finally:
+        done.set()
+        ticker.join()
+    assert time.monotonic() - started >= 0.3
+    assert ticks >= 50  # ~1 ms a tick: about 300 if nothing held the GIL
+    assert pg_pipeline.execute(connection, b"SELECT 1", []) == 1  # the connection is ready again
 
 
 def test_a_prepared_statement_the_connection_lost_is_sent_again_unprepared(
