@@ -129,11 +129,12 @@ class JobRun(models.Model):
         # No CHECK constraints: PostgreSQL parses and plans each one's stored expression again
         # for every INSERT and UPDATE (ExecRelCheck builds them per statement, prepared or not).
         # The seven this table had (a valid status, attempt >= 1, a finish time on finished
-        # runs, four non-negative counters) cost ~20 us of the backend's ~100 us per row, on
-        # each dispatch and each outcome write: dispatch was behind RQ's enqueue by that much.
-        # Only kumiko writes these rows (records.py and the modules it names); the fields'
-        # choices and validators keep full_clean() checking the status and the counters, and
-        # the test suite checks every row it leaves against all seven (tests/conftest.py).
+        # runs, four non-negative counters) cost ~20 us of the backend's ~90 us for a
+        # dispatch's row and ~15 us of an outcome UPDATE: dispatch was behind RQ's enqueue by
+        # about that much. Only kumiko writes these rows (records.py and the modules it names);
+        # the fields' choices and validators state the rules for forms and full_clean(), which
+        # kumiko's writes do not use, and the test suite checks the rows every test leaves
+        # against all seven (tests/run_invariants.py).
         constraints = (
             # The arbiter of idempotent pushes and fan-out dedup (ON CONFLICT DO NOTHING).
             models.UniqueConstraint(fields=("job_id",), name="kj_run_job_id_unique"),

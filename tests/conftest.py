@@ -126,49 +126,29 @@ def staff_client(settings: Any, django_user_model: Any) -> Any:
     return login
 
 
-# The fixtures that give a test the database (pytest-django's; those built on them are in a
-# test's fixture closure too).
-_DATABASE_FIXTURES = frozenset({"db", "transactional_db", "live_server"})
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Every run row a test leaves keeps the run table's invariants. The table has no CHECK
-    constraints (models.JobRun.Meta: PostgreSQL rebuilds them for every write), so the whole
-    suite, workers' writes included, checks them here instead: read before the test's
-    database is rolled back or flushed, reported as the test's teardown error."""
-    broken = _runs_breaking_invariants(item)
-    result = yield
-    assert not broken, f"run rows break the run table's invariants: {broken}"
-    return result
-
-
-def _runs_breaking_invariants(item: pytest.Item) -> list[tuple[Any, ...]]:
-    if item.get_closest_marker("django_db") is None and not _DATABASE_FIXTURES & set(
-        getattr(item, "fixturenames", ())
+@pytest.fixture(autouse=True)
+def run_rows_keep_the_rules(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test with the database: the run rows it leaves keep the run table's rules
+    (tests/run_invariants.py). Requesting pytest-django's database fixture here orders the
+    check after the test's other fixtures (its workers stopped) and before the rollback or
+    flush."""
+    if (
+        request.node.get_closest_marker("django_db") is None
+        and "_django_db_helper" not in request.fixturenames
     ):
-        return []
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")
+    yield
     from django.db import DatabaseError
-    from django.db.models import Q
 
-    from kumiko_jobs.models import FINISHED_STATUSES, JobRun, RunStatus
+    from tests.run_invariants import runs_breaking_the_rules
 
-    broken = (
-        ~Q(status__in=RunStatus.values)
-        | Q(attempt__lt=1)
-        | Q(max_attempts__lt=0)
-        | Q(defer_count__lt=0)
-        | Q(fanout_count__lt=0)
-        | Q(status__in=FINISHED_STATUSES, finished_at__isnull=True)
-    )
-    fields = ("job_id", "status", "attempt", "max_attempts", "defer_count", "fanout_count", "finished_at")
     try:
-        return list(JobRun.objects.filter(broken).values_list(*fields)[:5])
-    except (DatabaseError, RuntimeError):
-        # The test left its connection unusable, or never got the database (its setup failed,
-        # pytest-django's blocker raises RuntimeError): its own report says why. Nothing may
-        # escape before the hook's yield, or the test's fixtures would not be torn down.
-        return []
+        broken = runs_breaking_the_rules()
+    except DatabaseError:
+        return  # the test left its connection unusable: its own failure says why
+    assert not broken, f"run rows break the run table's rules: {broken}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

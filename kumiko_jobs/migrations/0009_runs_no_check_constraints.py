@@ -1,7 +1,8 @@
 # The run table's CHECK constraints go (models.JobRun.Meta says why): PostgreSQL rebuilt all
 # seven for every INSERT and UPDATE of a run, ~20 us of the backend's CPU each time. The
 # counters keep their meaning as validators; on PostgreSQL the columns stay integers, so only
-# the constraints are dropped (SQLite rebuilds the table, as it does for any constraint).
+# the constraints are dropped. SQLite cannot drop a constraint: it rebuilds the table for each
+# of the seven operations (a copy of every row each time), as for any constraint change.
 
 import django.core.validators
 from django.db import migrations, models

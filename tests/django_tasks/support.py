@@ -9,7 +9,8 @@ file's docstring lists the cases that do not apply, with the reason.
 
 The cases are ``TransactionTestCase``s: runs are rows in the real database (committed, so the
 drain and, in tests/integration, ``runjobs`` processes see them) and jobs in the real Redis
-under the test's own prefix (tests/conftest.py).
+under the test's own prefix (tests/conftest.py). Each also checks, in its tearDown, that the
+run rows it leaves keep the run table's rules (tests/run_invariants.py: ``CheckedRunRows``).
 """
 
 from __future__ import annotations

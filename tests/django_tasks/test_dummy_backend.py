@@ -28,11 +28,12 @@ from django.test import TransactionTestCase, override_settings
 
 from kumiko_jobs.backends import KumikoTaskBackend
 from tests.django_tasks.support import BACKEND, KUMIKO_TASKS, arun_worker, run_worker
+from tests.run_invariants import CheckedRunRows
 from tests.testapp import tasks as test_tasks
 
 
 @override_settings(TASKS=KUMIKO_TASKS)
-class DummyBackendTestCase(TransactionTestCase):
+class DummyBackendTestCase(CheckedRunRows, TransactionTestCase):
     def test_using_correct_backend(self) -> None:
         self.assertEqual(default_task_backend, task_backends["default"])
         self.assertIsInstance(task_backends["default"], KumikoTaskBackend)

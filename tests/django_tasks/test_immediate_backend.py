@@ -32,11 +32,12 @@ from django.utils import timezone
 from kumiko_jobs.backends import KumikoTaskBackend
 from kumiko_jobs.models import JobRun
 from tests.django_tasks.support import BACKEND, KUMIKO_TASKS, arun_worker, run_worker
+from tests.run_invariants import CheckedRunRows
 from tests.testapp import tasks as test_tasks
 
 
 @override_settings(TASKS=KUMIKO_TASKS)
-class ImmediateBackendTestCase(TransactionTestCase):
+class ImmediateBackendTestCase(CheckedRunRows, TransactionTestCase):
     def test_using_correct_backend(self) -> None:
         self.assertEqual(default_task_backend, task_backends["default"])
         self.assertIsInstance(task_backends["default"], KumikoTaskBackend)
@@ -267,7 +268,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
             await task_with_custom_queue_name.aenqueue()
 
 
-class ImmediateBackendTransactionTestCase(TransactionTestCase):
+class ImmediateBackendTransactionTestCase(CheckedRunRows, TransactionTestCase):
     @override_settings(TASKS=KUMIKO_TASKS)
     def test_waits_until_transaction_commit(self) -> None:
         with transaction.atomic():

@@ -41,6 +41,7 @@ from django.utils.module_loading import import_string
 from kumiko_jobs.backends import KumikoTaskBackend
 from kumiko_jobs.models import JobRun
 from tests.django_tasks.support import BACKEND, run_worker
+from tests.run_invariants import CheckedRunRows
 from tests.testapp import tasks as test_tasks
 
 
@@ -52,7 +53,7 @@ from tests.testapp import tasks as test_tasks
     },
     USE_TZ=True,
 )
-class TaskTestCase(TransactionTestCase):
+class TaskTestCase(CheckedRunRows, TransactionTestCase):
     def test_using_correct_backend(self) -> None:
         self.assertEqual(default_task_backend, task_backends["default"])
         self.assertIsInstance(task_backends["default"], KumikoTaskBackend)
