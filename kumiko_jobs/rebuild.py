@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import redis
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from rq.utils import as_text
 
 from kumiko_jobs import faults, guarded_writes, keyset, records
 from kumiko_jobs.conf import get_config
 from kumiko_jobs.connection import get_keys
-from kumiko_jobs.definitions import wrapped_job, wrapper_name
+from kumiko_jobs.definitions import JobDefinition, wrapped_job
 from kumiko_jobs.dispatching import record_pushes
 from kumiko_jobs.gates import gates_for
 from kumiko_jobs.jobdata import JobMeta
@@ -84,9 +84,15 @@ def repush(client: redis.Redis, rows: Sequence[JobRun], *, admit: bool, announce
     return taken
 
 
+def _definition_of(job_name: str) -> JobDefinition | None:
+    """The job a run of this name runs (a fan-out wrapper's: its job), as this process knows it:
+    declared, or a Django task its resolver imports on first use."""
+    return registry.find(wrapped_job(job_name) or job_name)
+
+
 def _prepared(row: JobRun, *, admit: bool) -> PreparedJob | None:
     target = wrapped_job(row.job_name)
-    definition = registry.find(target or row.job_name)
+    definition = _definition_of(row.job_name)
     if definition is None:
         logger.warning("kumiko_jobs: run %s of undeclared job %r stays where it is", row.pk, row.job_name)
         return None
@@ -136,16 +142,7 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     waiting = Q(pushed_at__isnull=True, status=RunStatus.QUEUED, lane=lane)
     suspects = Suspects(keys.suspects(lane, "outbox"), owned_by(keys) & waiting)
     cutoff = datetime.now(UTC) - timedelta(seconds=OUTBOX_GRACE)
-    # Only runs of jobs this process declares: one it cannot push (a job removed, or a newer
-    # deploy's not here yet) would stay in the batch's window for good, and once BATCH of them
-    # were there, every newer committed run waited behind them.
-    rows = list(
-        JobRun.objects.filter(
-            owned_by(keys), waiting, queued_at__lt=cutoff, job_name__in=declared_run_names()
-        )
-        .order_by("queued_at")
-        .only(*ROW_FIELDS)[:BATCH]
-    )
+    rows = _pushable(JobRun.objects.filter(owned_by(keys), waiting, queued_at__lt=cutoff))
     due = suspects.due(client, ROW_FIELDS)
     # One worker of the lane at a time (the pushes are unique either way).
     if not (rows or due.members) or not client.set(keys.outbox_lock(lane), "1", nx=True, px=2000):
@@ -162,11 +159,19 @@ def push_waiting(client: redis.Redis, keys: Keys, lane: str) -> int:
     return done + len(held)
 
 
-def declared_run_names() -> list[str]:
-    """The job names this process's runs can carry: each declared job's, and its fan-out
-    wrapper's."""
-    jobs = registry.all()
-    return [*(d.name for d in jobs), *(wrapper_name(d.name) for d in jobs if d.per_tenant)]
+def _pushable(waiting: QuerySet[JobRun]) -> list[JobRun]:
+    """The oldest BATCH waiting runs of jobs this process can push. A run of a job it does not
+    know (removed, or a newer deploy's not here yet) would stay in the window for good, and
+    once BATCH of them were there, every newer committed run waited behind them: their names
+    are left out and the window read again (a query more per unknown name, in rounds that
+    find one). A Django task imported only on first use is known: its resolver finds it."""
+    unknown: set[str] = set()
+    while True:
+        rows = list(waiting.exclude(job_name__in=unknown).order_by("queued_at").only(*ROW_FIELDS)[:BATCH])
+        found = {row.job_name for row in rows if _definition_of(row.job_name) is None}
+        if not found:
+            return rows
+        unknown |= found
 
 
 @dataclass

@@ -265,3 +265,28 @@ def test_runs_of_undeclared_jobs_do_not_hold_up_the_outbox(
     assert push_waiting(redis_client, get_keys(), "worker") == 1
     assert drain() == {"succeeded": 1}
     assert [e["payload"]["n"] for e in traces("record")] == [9]
+
+
+def test_the_outbox_pushes_a_task_its_process_imports_only_on_first_use(
+    settings: Any, redis_client: Any, age_suspects: Any, monkeypatch: Any
+) -> None:
+    """A Django task outside TASK_MODULE is registered when a process first meets its name (the
+    task resolver): the outbox of a worker that never ran one still pushes its waiting runs."""
+    from kumiko_jobs.registry import registry
+    from tests.testapp.lazy_tasks import lazy
+
+    real = settings.KUMIKO_JOBS
+    settings.KUMIKO_JOBS = {**real, "REDIS_URL": DEAD_REDIS, "REDIS_TIMEOUT": 0.2}
+    with transaction.atomic():
+        result = lazy.enqueue(1)  # committed; its push after commit meets a dead Redis
+    settings.KUMIKO_JOBS = real
+    # This process as a worker that never imported the task's module.
+    monkeypatch.delitem(registry._jobs, lazy.module_path)
+    _age(pk=result.id)
+    keys = get_keys()
+    push_waiting(redis_client, keys, "api")  # a suspect: Redis lacks it
+    assert age_suspects() == 1
+    redis_client.delete(keys.outbox_lock("api"))
+    assert push_waiting(redis_client, keys, "api") == 1
+    assert drain() == {"succeeded": 1}
+    assert lazy.get_result(result.id).return_value == 2
