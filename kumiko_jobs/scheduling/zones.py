@@ -68,6 +68,25 @@ def _valid_zone(name: str) -> bool:
     return True
 
 
+# SQLSTATEs of a server that is going away or not up yet (admin or crash shutdown, starting).
+_SERVER_GONE = ("57P01", "57P02", "57P03")
+
+
+def _connection_failed(exc: Exception) -> bool:
+    """Whether a database error is the connection's or the server's, not one query's: an
+    InterfaceError, or an OperationalError with no SQLSTATE (the client lost the server; also
+    SQLite's, kept on the safe side), of class 08 (connection exception) or a shutdown's. A
+    query of one tenant's cancelled by statement_timeout (57014) or a lock timeout (55P03),
+    though OperationalErrors too, are that tenant's."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return not state or state.startswith("08") or state in _SERVER_GONE
+
+
 def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
     """Group tenant ids by TENANT_TIMEZONE; an unknown zone puts the tenant in UTC, logged."""
     zone_of = tenant_zone_function()
@@ -80,13 +99,12 @@ def zones_of_tenants(tenants: Iterator[Any] | Any) -> dict[str, list[str]]:
         tenant_id = listed
         try:
             name = zone_of(tenant) if zone_of is not None else DEFAULT_ZONE
-        except (OperationalError, InterfaceError):
-            # The database, not this tenant (a restart, a failover): every tenant would land in
-            # UTC, and the planner would drop the other zones' cursors. The rebuild is given up,
-            # the installed index stays, and the next refresh tries again. (A query that fails
-            # for one tenant, ProgrammingError or DataError, is that tenant's: UTC, below.)
-            raise
         except Exception as exc:  # the project's function: one tenant must not stop the index
+            if _connection_failed(exc):
+                # The database, not this tenant (a restart, a failover): every tenant would land
+                # in UTC, and the planner would drop the other zones' cursors. The rebuild is
+                # given up, the installed index stays, and the next refresh tries again.
+                raise
             name = f"<{exc.__class__.__name__}: {exc}>"
         if not isinstance(name, str) or not _valid_zone(name):
             bad.append((tenant_id, name))

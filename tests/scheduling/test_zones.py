@@ -8,6 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connection  # noqa: F401  (the skipif condition reads it)
 
 from kumiko_jobs import cron
 from kumiko_jobs.connection import get_keys, get_redis
@@ -130,6 +131,19 @@ def test_a_query_that_fails_for_one_tenant_puts_that_tenant_in_utc(tenants: Any)
 
     acme, globex = str(tenants[0].pk), str(tenants[1].pk)
     set_zones({acme: QUERY_FAILS.decode(), globex: "Asia/Tokyo"})
+    refresh_tenant_zones()
+    assert acme in list(tenants_in_zone("UTC"))
+    assert globex in list(tenants_in_zone("Asia/Tokyo"))
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="statement_timeout is PostgreSQL's")
+def test_a_tenants_query_cancelled_by_a_timeout_puts_that_tenant_in_utc(tenants: Any) -> None:
+    """A timeout is an OperationalError too, but one tenant's query, not the database: the index
+    is rebuilt, that tenant in UTC, rather than every rebuild given up while it times out."""
+    from tests.testapp.tenants import QUERY_TIMES_OUT
+
+    acme, globex = str(tenants[0].pk), str(tenants[1].pk)
+    set_zones({acme: QUERY_TIMES_OUT.decode(), globex: "Asia/Tokyo"})
     refresh_tenant_zones()
     assert acme in list(tenants_in_zone("UTC"))
     assert globex in list(tenants_in_zone("Asia/Tokyo"))

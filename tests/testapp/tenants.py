@@ -38,6 +38,15 @@ def tenant_timezone(tenant_id: object) -> str:
         from django.db import ProgrammingError
 
         raise ProgrammingError('relation "acme.settings" does not exist')  # this tenant's own
+    if zone == QUERY_TIMES_OUT:
+        from django.db import connection
+
+        with connection.cursor() as cursor:  # a real query cancelled by statement_timeout (57014)
+            cursor.execute("SET statement_timeout = 50")
+            try:
+                cursor.execute("SELECT pg_sleep(1)")
+            finally:
+                cursor.execute("SET statement_timeout = 0")
     return zone.decode() if zone is not None else "UTC"
 
 
@@ -45,6 +54,8 @@ def tenant_timezone(tenant_id: object) -> str:
 DATABASE_DOWN = b"!database-down"
 # set_zones({tenant: QUERY_FAILS.decode()}): a query that fails for this tenant only.
 QUERY_FAILS = b"!query-fails"
+# ... or one whose query PostgreSQL cancels (statement_timeout): an OperationalError, the tenant's.
+QUERY_TIMES_OUT = b"!query-times-out"
 
 
 def many() -> range:
