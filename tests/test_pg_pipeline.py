@@ -144,6 +144,19 @@ def test_an_answer_still_to_come_is_waited_for_with_the_other_threads_running() 
     assert pg_pipeline.execute(connection, b"SELECT 1", []) == 1  # the connection is ready again
 
 
+def test_an_answer_already_there_is_read_without_a_select(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dispatch's answer is nearly always in by the time it is read (after Redis'): read at
+    once, without the select() system call first."""
+    pending = pg_pipeline.send(connection, b"SELECT 1", [])
+    time.sleep(0.05)
+
+    def no_select(*args: Any) -> Any:
+        raise AssertionError("select() on an answer that was there")
+
+    monkeypatch.setattr(pg_pipeline.select, "select", no_select)
+    assert pending.wait() == 1
+
+
 def test_a_prepared_statement_the_connection_lost_is_sent_again_unprepared(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -33,11 +33,13 @@ def test_a_slow_job_started_receiver_holds_up_only_its_own_run() -> None:
     slow_meta, slow_start = _claimed()
     quick_meta, quick_start = _claimed()
     in_receiver = threading.Event()
+    order: list[str] = []
 
     def receiver(sender: Any, run: Any, **kwargs: Any) -> None:
         if run.run_id == slow_meta.run_id:
             in_receiver.set()
             time.sleep(1.0)  # a webhook that takes its time
+            order.append("signal done")
 
     signals.job_started.connect(receiver)
     marker = RunningMarker(0.01)
@@ -48,6 +50,7 @@ def test_a_slow_job_started_receiver_holds_up_only_its_own_run() -> None:
         marker.started(slow_meta, slow_start)
         assert in_receiver.wait(5)
         slow_finished.append(marker.finishing())  # waits for its own mark and signal
+        order.append("finished")
 
     try:
         thread = threading.Thread(target=slow_thread)
@@ -60,6 +63,7 @@ def test_a_slow_job_started_receiver_holds_up_only_its_own_run() -> None:
         assert time.monotonic() - began < 0.5
         thread.join(5)
         assert slow_finished == [True]
+        assert order == ["signal done", "finished"]  # its outcome came after its job_started
         assert JobRun.objects.get(pk=slow_meta.run_id).status == RunStatus.RUNNING
     finally:
         signals.job_started.disconnect(receiver)

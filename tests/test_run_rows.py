@@ -275,3 +275,29 @@ def test_a_replace_fan_out_drops_the_waiting_children_of_the_last_one(
         by_payload = {(row.payload["n"], row.status) for row in children}
         assert by_payload == {(1, RunStatus.DROPPED), (2, RunStatus.QUEUED)}
         assert children.filter(status=RunStatus.DROPPED).count() == len(tenants)
+
+
+def test_the_suites_rule_check_reports_a_run_that_breaks_a_rule() -> None:
+    """The run table has no CHECK constraints; tests/run_invariants.py checks the rows each test
+    leaves instead (tests/conftest.py): it must see each of the seven rules broken."""
+    from tests.run_invariants import runs_breaking_the_rules
+
+    row = _rows(1, tag="r")[0]
+    records.insert_queued([row])
+    assert runs_breaking_the_rules() == []
+    run = JobRun.objects.filter(pk=row.id)
+    broken = [
+        {"status": "lost"},
+        {"attempt": 0},
+        {"max_attempts": -1},
+        {"defer_count": -1},
+        {"fanout_count": -1},
+        {"status": RunStatus.SUCCEEDED},
+        {"status": RunStatus.FAILED},
+        {"status": RunStatus.DROPPED},
+    ]
+    for values in broken:
+        run.update(**values)
+        assert [r[0] for r in runs_breaking_the_rules()] == [row.job_id], values
+        run.update(status=RunStatus.QUEUED, attempt=1, max_attempts=1, defer_count=0, fanout_count=None)
+    assert runs_breaking_the_rules() == []

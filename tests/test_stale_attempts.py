@@ -274,7 +274,9 @@ def test_a_write_sent_again_after_its_answer_was_lost_counts_as_written(said: An
 @pytest.mark.parametrize("write", ["deferred", "requeued", "retry"])
 def test_a_write_sent_again_after_its_answer_was_lost_keeps_its_log_lines_once(write: str) -> None:
     """A deferral or a requeue leaves the run unfinished at the same attempt, so its write sent
-    again passes the guard a second time: it must not append the attempt's lines again."""
+    again passes the guard a second time: it must not append the attempt's lines again. (A
+    retry moves the run to the next attempt, so its resend is refused by the guard: the case
+    shows the same end state, by the older path.)"""
     result, meta, start = _started_by_a_worker()
     now = start.at
     line = {"t": now.isoformat(), "level": "info", "msg": f"{write} once", "attempt": 1}

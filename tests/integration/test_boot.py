@@ -173,7 +173,8 @@ def test_a_gates_mark_does_not_skip_the_gates_of_a_runjobs_no_supervisor_started
     worker = start_worker(
         "worker",
         "--burst",
-        env={GATES_PASSED_ENV: "worker", "KUMIKO_TEST_SCHEDULES": "gate_fail"},
+        # Well formed, naming a process that is not this worker's parent (as a job's child sees it).
+        env={GATES_PASSED_ENV: "worker:1", "KUMIKO_TEST_SCHEDULES": "gate_fail"},
         wait=False,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,13 +117,15 @@ def test_skipped_count_matches_croniter(
 
 
 def test_a_long_outage_costs_the_new_leader_a_bounded_walk(
-    declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture
+    declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two days without a leader under six every-second schedules: the skipped ticks are counted
     up to SKIP_COUNT_LIMIT each, so the step ends well inside the lease and fires (a walk of
     100,000 ticks per entry outlasted the lease: every leader lost it, and no cursor moved)."""
+    from kumiko_jobs.scheduling import planner
     from kumiko_jobs.scheduling.planner import SKIP_COUNT_LIMIT
 
+    monkeypatch.setattr(planner, "SKIP_COUNT_BUDGET", float("inf"))  # the limit alone, however slow
     _first_step_after_two_days_of_six_every_second_schedules(declare, make_leader, caplog)
     assert caplog.text.count(f"skipped at least {SKIP_COUNT_LIMIT} tick(s)") == 6
 
@@ -151,6 +154,28 @@ def test_skipped_ticks_are_counted_within_one_budget_for_every_entry(
     monkeypatch.setattr(planner, "SKIP_COUNT_BUDGET", 0.0)  # spent before the first entry
     _first_step_after_two_days_of_six_every_second_schedules(declare, make_leader, caplog)
     assert caplog.text.count("skipped at least 1 tick(s)") == 6
+
+
+def test_one_counting_budget_is_shared_by_every_entry(
+    declare: Any, make_leader: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clock that moves 1 ms each time the planner reads it, and a 0.5 s budget: the six
+    entries count about 500 ticks together, not 500 each (a budget per entry: ~3,000)."""
+    from kumiko_jobs.scheduling import planner
+
+    class Clock:
+        now = 0.0
+
+        def monotonic(self) -> float:
+            self.now += 0.001
+            return self.now
+
+    monkeypatch.setattr(planner, "SKIP_COUNT_BUDGET", 0.5)
+    monkeypatch.setattr(planner, "time", Clock())
+    _first_step_after_two_days_of_six_every_second_schedules(declare, make_leader, caplog)
+    counted = [int(n) for n in re.findall(r"skipped at least (\d+) tick", caplog.text)]
+    assert len(counted) == 6
+    assert sum(counted) <= 510
 
 
 def test_each_tick_runs_once_across_leader_changes(declare: Any, make_leader: Any, traces: Any) -> None:
