@@ -98,6 +98,8 @@ class Pending:
         pgconn: Any,
         statements: Sequence[Statement],
         preparing: Sequence[bytes | None] | None,
+        *,
+        parsing: bool,
     ) -> None:
         self._connection, self._pgconn = connection, pgconn
         # Per result to come: the name a Parse prepares, or None for a statement's own result;
@@ -105,7 +107,7 @@ class Pending:
         self._statements, self._preparing = statements, preparing
         # Whether any Parse went out (a connection's first use of a statement); else every
         # result is a statement's own.
-        self._parsing = preparing is not None and any(name is not None for name in preparing)
+        self._parsing = parsing
 
     def wait(self) -> int:
         """The (last) statement's row count; a database error is raised as Django's."""
@@ -121,11 +123,8 @@ class Pending:
                 # Answers still unread: the connection cannot take another statement.
                 self._connection.close()
                 raise
-            preparing = self._preparing
-            answers = results
-            if preparing is not None and self._parsing:
-                answers = self._note_prepared(preparing, results)
-            if failed is not None and preparing is not None:
+            answers = self._note_prepared(results) if self._parsing else results
+            if failed is not None and self._preparing is not None:
                 state = _sqlstate(failed)
                 if state == _UNKNOWN_PREPARED:
                     # Nothing ran (the implicit transaction ended at the error): send it unprepared.
@@ -140,12 +139,12 @@ class Pending:
             # The first answer is set_config's.
             return [int(result.command_tuples or 0) for result in answers[1:]]
 
-    def _note_prepared(self, preparing: Sequence[bytes | None], results: list[Any]) -> list[Any]:
+    def _note_prepared(self, results: list[Any]) -> list[Any]:
         """Remember the names whose Parse succeeded (a prepared statement outlives a failed
         transaction, and one already there answers 42P05); return the statements' own results."""
         known = _prepared.setdefault(self._connection.connection, set())
         answers = []
-        for name, result in zip(preparing, results, strict=True):
+        for name, result in zip(self._preparing or (), results, strict=True):
             if name is None:
                 answers.append(result)
             elif result.status == _pq().ExecStatus.COMMAND_OK or _sqlstate(result) == _DUPLICATE_PREPARED:
@@ -199,7 +198,7 @@ def send_all(connection: BaseDatabaseWrapper, statements: Sequence[Statement]) -
         except BaseException:
             connection.close()
             raise
-    return Pending(connection, pgconn, statements, preparing)
+    return Pending(connection, pgconn, statements, preparing, parsing=bool(parsing))
 
 
 def execute(connection: BaseDatabaseWrapper, sql: bytes, params: Sequence[bytes | None]) -> int:
