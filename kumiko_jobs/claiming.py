@@ -82,7 +82,7 @@ class ReadyJob:
 
     job: ClaimedJob
     member: str
-    at: float = 0.0
+    at: float
 
 
 class Pace:

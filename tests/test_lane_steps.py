@@ -223,3 +223,19 @@ def test_a_replace_flow_of_another_type_is_set_aside_by_the_next_dispatch(
     assert dispatch("tests.replacing", {"n": 2}, tenant=acme).status == "queued"
     assert drain() == {"succeeded": 1}
     assert redis_client.sismember(keys.broken_flows("worker"), flow)
+
+
+def test_a_cancel_that_meets_a_flow_of_another_type_sets_it_aside_and_cancels(
+    tenants: list[Any], redis_client: redis.Redis
+) -> None:
+    """An operator's cancel reads the run's flow to take it out: the wrong-typed key is set
+    aside there too, and the run is canceled rather than the cancel failing."""
+    from kumiko_jobs.cancelling import cancel_queued
+
+    keys = get_keys()
+    run = dispatch("tests.limited", {"n": 1}, tenant=tenants[0])
+    flow = redis_client.hget(keys.job(run.job_id), "kumiko_flow").decode()
+    redis_client.set(keys.flow("worker", flow), "not a list")
+    assert cancel_queued([run.job_id]).canceled == (run.job_id,)
+    assert redis_client.sismember(keys.broken_flows("worker"), flow)
+    assert dispatch("tests.limited", {"n": 2}, tenant=tenants[0]).status == "queued"

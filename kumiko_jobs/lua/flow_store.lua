@@ -48,11 +48,9 @@ local function flow_write(P, flow, id, front)
   return redis.pcall('RPUSH', flow_key(P, flow), id)
 end
 
+-- Add an id to its flow; a key of another type is set aside first, and the flow starts anew.
 local function flow_add(P, flow, id, front)
-  local written = flow_write(P, flow, id, front)
-  if type(written) == 'table' and written.err then
-    if not string.find(written.err, 'WRONGTYPE', 1, true) then error(written) end  -- as redis.call would
-    set_aside(P, flow)
+  if on_flow(P, flow, flow_write(P, flow, id, front), false) == false then
     flow_write(P, flow, id, front)
   end
 end
