@@ -56,7 +56,7 @@ EXIT_MAX_JOBS = 76
 # A worker's exit when it recycles itself (a stuck job, a dead thread): restart me. Replaced
 # at once, not counted as a crash.
 EXIT_RECYCLE = 75
-# A child's exit when a boot gate refused the code it runs (runjobs' BOOT_GATE_FAILED): after a
+# A child's exit when a boot gate refused the code it runs (runjobs exits with it): after a
 # SIGHUP's reload, the new release must not take traffic. The supervisor stops and exits with
 # it too, instead of restarting the child until it counts as a crash loop (exit 1), so a deploy
 # script or systemd's RestartPreventExitStatus=3 sees the gate's verdict.
@@ -163,6 +163,12 @@ class Supervisor:
             self._next_memory_check = now + MEMORY_CHECK_INTERVAL
             self._recycle_large()
 
+    def _fail(self, child: Child, why: str, exit_code: int = 1) -> None:
+        """Give up: stop every child, and exit with ``exit_code`` saying ``why``."""
+        self.failed, self.exit_code = why, exit_code
+        self._stop_all(signal.SIGTERM)
+        self.children.remove(child)
+
     def _exited(self, child: Child, code: int, now: float) -> None:
         # A child stopped for a restart may die of that SIGTERM before its handler is in place.
         # EXIT_RECYCLE: the child asked for its own replacement (a stuck job, a dead thread).
@@ -172,20 +178,17 @@ class Supervisor:
             self.children.remove(child)
             return
         if code == EXIT_BOOT_GATE_FAILED and self.reloaded:
-            self.failed = f"worker process {child.slot}: a boot gate refused the reloaded code (exit {code})"
-            self.exit_code = EXIT_BOOT_GATE_FAILED
-            self._stop_all(signal.SIGTERM)
-            self.children.remove(child)
+            why = f"a boot gate refused the reloaded code (exit {code})"
+            self._fail(child, f"worker process {child.slot}: {why}", EXIT_BOOT_GATE_FAILED)
             return
         quick = now - child.started < STARTUP_WINDOW
         failures = child.failures + 1 if not clean and quick else 0
         if failures >= MAX_STARTUP_FAILURES:
-            self.failed = (
+            self._fail(
+                child,
                 f"worker process {child.slot} died {failures} times within {STARTUP_WINDOW:g}s "
-                f"of its start (last exit {code})"
+                f"of its start (last exit {code})",
             )
-            self._stop_all(signal.SIGTERM)
-            self.children.remove(child)
             return
         delay = 0.0 if clean or not quick else min(2.0 ** (failures - 1), MAX_BACKOFF)
         log = logger.info if clean else logger.warning

@@ -27,7 +27,6 @@ from kumiko_jobs.connection import get_redis
 from kumiko_jobs.definitions import LANES
 
 # Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
-BOOT_GATE_FAILED = 3  # the supervisor's EXIT_BOOT_GATE_FAILED, which it passes on
 
 
 # Job threads a process may run. Past it, a typo (--threads 10000) failed halfway through
@@ -178,9 +177,10 @@ class Command(BaseCommand):
         <reason>`` on stderr if one fails."""
         from kumiko_jobs.exceptions import BootGateFailed
         from kumiko_jobs.scheduling.boot_gates import run_boot_gates
+        from kumiko_jobs.supervisor import EXIT_BOOT_GATE_FAILED
 
         try:
             run_boot_gates(lane, worker=worker)
         except BootGateFailed as exc:
             self.stderr.write(str(exc), style_func=lambda text: text)
-            raise SystemExit(BOOT_GATE_FAILED) from exc
+            raise SystemExit(EXIT_BOOT_GATE_FAILED) from exc
