@@ -284,30 +284,40 @@ _REFUSAL_HINTS = {
 }
 
 
+def redis_hint(exc: Exception) -> str:
+    """What to do about Redis refusing a command or the credentials (a sentence with a leading
+    space), or '' where there is nothing to say: the push's error and ``manage.py jobs``' say
+    the same."""
+    if isinstance(exc, redis.ReadOnlyError):
+        return (
+            " A replica answers so: after a failover, point KUMIKO_JOBS['REDIS'] at the primary or"
+            " a Sentinel URL."
+        )
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return " Redis is at its maxmemory under maxmemory-policy noeviction: give it memory."
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return (
+            " The Redis user of KUMIKO_JOBS['REDIS'] may not run that command (ACL): allow it "
+            "kumiko's keys and commands."
+        )
+    if isinstance(exc, redis.AuthenticationError):
+        return " Check the user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)."
+    if isinstance(exc, redis.ResponseError):
+        return _REFUSAL_HINTS.get(str(exc).split(" ", 1)[0], "")
+    return ""
+
+
 def unavailable(exc: Exception, *, sent: bool = False) -> QueueUnavailable:
     """QueueUnavailable for a Redis failure; ``sent``: it came after the command was sent, so a
     lost connection leaves open whether Redis ran it, as a timeout does."""
     where = f"Redis at {redis_description()}"
     if isinstance(exc, redis.ResponseError):
-        if isinstance(exc, redis.ReadOnlyError):
-            hint = (
-                " A replica answers so: after a failover, point KUMIKO_JOBS['REDIS'] at the primary"
-                " or a Sentinel URL."
-            )
-        elif isinstance(exc, redis.exceptions.OutOfMemoryError):
-            hint = " Redis is at its maxmemory under maxmemory-policy noeviction: give it memory."
-        elif isinstance(exc, redis.exceptions.NoPermissionError):
-            hint = (
-                " The Redis user of KUMIKO_JOBS['REDIS'] may not run that command (ACL): allow it "
-                "kumiko's keys and commands."
-            )
-        else:
-            hint = _REFUSAL_HINTS.get(str(exc).split(" ", 1)[0], "")
-        return QueueUnavailable(f"{where} refused the push ({exc}); nothing was enqueued or recorded.{hint}")
+        return QueueUnavailable(
+            f"{where} refused the push ({exc}); nothing was enqueued or recorded.{redis_hint(exc)}"
+        )
     if isinstance(exc, redis.AuthenticationError):  # a ConnectionError, but Redis did answer
         return QueueUnavailable(
-            f"{where} refused the credentials ({exc}); nothing was enqueued or recorded. Check the "
-            "user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)."
+            f"{where} refused the credentials ({exc}); nothing was enqueued or recorded.{redis_hint(exc)}"
         )
     if isinstance(exc, redis.TimeoutError) or sent:
         # The command may have run, or still run when Redis recovers; then its worker records

@@ -13,7 +13,7 @@ from kumiko_jobs.cli import SUBCOMMANDS
 from kumiko_jobs.cli.base import Output
 from kumiko_jobs.conf import redis_description
 from kumiko_jobs.exceptions import QueueUnavailable
-from kumiko_jobs.pushing import REDIS_FAILURES
+from kumiko_jobs.pushing import REDIS_FAILURES, redis_hint
 
 
 class Command(BaseCommand):
@@ -48,21 +48,11 @@ def redis_failure(exc: Exception) -> str:
         return str(exc)  # a push's: it names Redis, and a refusal's own hint (pushing.unavailable)
     where = f"Redis at {redis_description()}"
     said = " ".join(str(exc).split())  # a script error's text spans lines
+    hint = redis_hint(exc)  # the push's own (pushing.unavailable)
     if isinstance(exc, redis.AuthenticationError):
-        return (
-            f"{where} refused the credentials ({said}). "
-            "Check the user and password of KUMIKO_JOBS['REDIS'] (or env KUMIKO_REDIS_URL)."
-        )
-    if isinstance(exc, redis.exceptions.NoPermissionError):
-        return (
-            f"{where} refused a command ({said}). Connect as a user allowed to read and write "
-            "kumiko's keys (KUMIKO_JOBS['REDIS'] or env KUMIKO_REDIS_URL)."
-        )
-    if isinstance(exc, redis.ReadOnlyError):
-        return (
-            f"{where} refused a command ({said}): a replica answers so. Point KUMIKO_JOBS['REDIS'] "
-            "(or env KUMIKO_REDIS_URL) at the primary or a Sentinel URL."
-        )
+        return f"{where} refused the credentials ({said}).{hint}"
+    if isinstance(exc, redis.ResponseError) and hint:
+        return f"{where} refused a command ({said}).{hint}"
     if isinstance(exc, redis.ResponseError):
         return f"{where} answered with an error ({said})."
     return (
