@@ -61,15 +61,21 @@ class LeaderLease:
         return as_text(raw) if raw is not None else None
 
     def _if_held(self, token: str, write: Callable[[Pipeline], Any]) -> bool:
-        with self.client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(self.key)  # type: ignore[no-untyped-call]
-                if not self.holds(pipe, token):
-                    pipe.reset()
-                    return False
-                pipe.multi()
-                write(pipe)
-                pipe.execute()
-            except redis.WatchError:
+        return write_if_value(self.client, self.key, token, write)
+
+
+def write_if_value(client: redis.Redis, key: str, value: str, write: Callable[[Pipeline], Any]) -> bool:
+    """Run ``write`` in a transaction only while ``key`` holds ``value`` (a lease's or a lock's
+    token): False if it holds another, or changed before the write."""
+    with client.pipeline(transaction=True) as pipe:
+        try:
+            pipe.watch(key)  # type: ignore[no-untyped-call]
+            if pipe.get(key) != value.encode():
+                pipe.reset()
                 return False
-        return True
+            pipe.multi()
+            write(pipe)
+            pipe.execute()
+        except redis.WatchError:
+            return False
+    return True

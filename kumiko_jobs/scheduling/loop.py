@@ -8,9 +8,11 @@ TENANT_TIMEZONE never delays ticks). A clean stop hands the lease over at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import redis
@@ -120,8 +122,10 @@ class SchedulerThread(threading.Thread):
             loaded = self.planner.load(token)
         except BaseException:
             # Held with no token kept, the lease would leave the lane without a leader until it
-            # expires, again at every failed load.
-            self.lease.release(token)
+            # expires, again at every failed load. (Redis down made the load fail: the release
+            # fails too, and the load's error is the one to see.)
+            with contextlib.suppress(redis.RedisError):
+                self.lease.release(token)
             raise
         if loaded:
             self.token = token
@@ -143,12 +147,15 @@ class SchedulerThread(threading.Thread):
         found = zones.current_generation(self.client, self.keys)
         if found is not None and self.clock() - found[1] < max_age:
             return
-        if not zones.try_rebuild_lock(self.client, self.keys, self.owner):
+        lock = f"{self.owner}:{uuid.uuid4().hex}"
+        if not zones.try_rebuild_lock(self.client, self.keys, lock):
             return
-        self._rebuilding = threading.Thread(target=self._rebuild, name="kumiko-zone-index", daemon=True)
+        self._rebuilding = threading.Thread(
+            target=self._rebuild, args=(lock,), name="kumiko-zone-index", daemon=True
+        )
         self._rebuilding.start()
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, lock: str) -> None:
         try:
             zones.rebuild_zone_index(self.client, self.keys)
             self._next["zones"] = 0.0  # pick the new generation up at once
@@ -156,5 +163,5 @@ class SchedulerThread(threading.Thread):
             # A broken ACTIVE_TENANTS or TENANT_TIMEZONE must not stop the schedules; logged, retried.
             logger.exception("kumiko_jobs: rebuilding the tenant zone index failed")
         finally:
-            zones.release_rebuild_lock(self.client, self.keys, self.owner)
+            zones.release_rebuild_lock(self.client, self.keys, lock)
             connections.close_all()

@@ -34,6 +34,7 @@ from kumiko_jobs.conf import import_setting
 from kumiko_jobs.connection import get_keys, get_redis
 from kumiko_jobs.keys import Keys
 from kumiko_jobs.scheduling.cronmath import zone as zone_info
+from kumiko_jobs.scheduling.lease import write_if_value
 from kumiko_jobs.scripts import scripts_for
 from kumiko_jobs.tenancy import active_tenant_ids, listed_tenant_id
 
@@ -195,19 +196,12 @@ def tenants_in_zone(zone: str, client: redis.Redis | None = None, keys: Keys | N
 
 
 def try_rebuild_lock(client: redis.Redis, keys: Keys, owner: str) -> bool:
-    """One rebuild at a time across lanes and processes."""
+    """One rebuild at a time across lanes and processes; ``owner``: a token of this attempt's
+    own (a worker name repeats where two hosts share a ``--name``)."""
     return bool(client.set(keys.tenant_zones_lock, owner, nx=True, ex=LOCK_SECONDS))
 
 
 def release_rebuild_lock(client: redis.Redis, keys: Keys, owner: str) -> None:
     """Release the lock if ``owner`` still holds it: a rebuild that outlived LOCK_SECONDS must
     not release the next rebuild's lock, which would let a third start beside it."""
-    with client.pipeline() as pipe:
-        try:
-            pipe.watch(keys.tenant_zones_lock)  # type: ignore[no-untyped-call]
-            if as_text(pipe.get(keys.tenant_zones_lock) or b"") == owner:
-                pipe.multi()
-                pipe.delete(keys.tenant_zones_lock)
-                pipe.execute()
-        except redis.WatchError:
-            pass  # taken over meanwhile: not ours to release
+    write_if_value(client, keys.tenant_zones_lock, owner, lambda pipe: pipe.delete(keys.tenant_zones_lock))
