@@ -249,3 +249,29 @@ def test_a_lane_job_reached_through_another_queues_url_still_goes_through_kumiko
     admin_client.post(f"/django-rq/queues/actions/{other}/", {"action": "delete", "job_ids": [again.job_id]})
     assert JobRun.objects.get(pk=again.run_id).status == RunStatus.DROPPED
     assert limit_count(redis_client, acme) == 0
+
+
+def test_a_selection_mixing_lane_and_other_jobs_on_another_queues_page_acts_on_the_lane_jobs_only(
+    admin_client: Client, redis_client: Any, tenants: list[Any], settings: Any
+) -> None:
+    """RQ's action would delete all of them, the lane job behind kumiko's back: kumiko cancels
+    the lane job, leaves the project's own job alone, and says so."""
+    import django_rq
+
+    from kumiko_jobs.connection import redis_target
+
+    settings.RQ_QUEUES = {"default": {"URL": redis_target().raw}}
+    run = dispatch("tests.limited", {}, tenant=tenants[0])
+    own = django_rq.get_queue("default").enqueue("os.getcwd")
+    try:
+        other = [config["name"] for config in get_queues_list()].index("default")
+        response = admin_client.post(
+            f"/django-rq/queues/actions/{other}/", {"action": "delete", "job_ids": [run.job_id, own.id]}
+        )
+        assert response.status_code == 302
+        assert JobRun.objects.get(pk=run.run_id).status == RunStatus.DROPPED
+        assert redis_client.exists(own.key) == 1  # RQ's own job: not deleted
+        said = " ".join(str(m) for m in get_messages(response.wsgi_request))
+        assert f"Did not delete 1 job(s): {own.id} (not a kumiko job" in said
+    finally:
+        own.delete()

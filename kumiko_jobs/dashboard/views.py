@@ -70,14 +70,25 @@ def stats(request: HttpRequest) -> HttpResponse:
     return render(request, "django_rq/stats.html", context)
 
 
-def _is_lane_job(queue: Any, job_id: str) -> bool:
-    """Whether the job is a kumiko lane's: by its URL's queue, or else by the job's own origin
-    (a lane job reached through another queue's URL must not be deleted or requeued by RQ,
-    behind its limits, its flow and its run record)."""
+def _lane_job_ids(queue: Any, job_ids: Sequence[str]) -> list[str]:
+    """The jobs that are a kumiko lane's: all of them under a lane's URL, else those whose own
+    origin is a lane (one round trip; a lane job reached through another queue's URL must not
+    be deleted or requeued by RQ, behind its limits, its flow and its run record)."""
     if lane_of(queue.name) is not None:
-        return True
-    origin = queue.connection.hget(Job.key_for(job_id), "origin")
-    return origin is not None and lane_of(as_text(origin)) is not None
+        return list(job_ids)
+    pipe = queue.connection.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(Job.key_for(job_id), "origin")
+    origins = pipe.execute()
+    return [
+        job_id
+        for job_id, origin in zip(job_ids, origins, strict=True)
+        if origin is not None and lane_of(as_text(origin)) is not None
+    ]
+
+
+def _is_lane_job(queue: Any, job_id: str) -> bool:
+    return bool(_lane_job_ids(queue, [job_id]))
 
 
 @never_cache
@@ -132,25 +143,21 @@ def clear_queue(request: HttpRequest, queue_index: int) -> HttpResponse:
 def actions(request: HttpRequest, queue_index: int) -> HttpResponse:
     queue = get_queue_by_index(queue_index)
     action = request.POST.get("action", "")
-    if (
-        request.method != "POST"
-        or action not in ("delete", "requeue", "stop")
-        or not any(_is_lane_job(queue, job_id) for job_id in request.POST.getlist("job_ids"))
-    ):
+    if request.method != "POST" or action not in ("delete", "requeue", "stop"):
+        return rq_views.actions(request, queue_index)
+    selected = request.POST.getlist("job_ids")
+    job_ids = _lane_job_ids(queue, selected)
+    if not job_ids:
         return rq_views.actions(request, queue_index)
     next_url = request.POST.get("next_url", "")
     if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         next_url = reverse(rq_views.rq_viewname(request, "jobs"), args=[queue_index])
-    job_ids = request.POST.getlist("job_ids")
-    if lane_of(queue.name) is None:
-        # Lane jobs picked on another queue's page: kumiko acts on them, and on none of the rest
-        # (RQ's view would act on all of them, the lane jobs too).
-        others = [job_id for job_id in job_ids if not _is_lane_job(queue, job_id)]
-        job_ids = [job_id for job_id in job_ids if job_id not in others]
-        if others:
-            _report_refused(
-                request, action, dict.fromkeys(others, "not a kumiko job: use its own queue's page")
-            )
+    # Lane jobs picked on another queue's page: kumiko acts on them, and on none of the rest
+    # (RQ's view would act on all of them, the lane jobs too).
+    lane_jobs = set(job_ids)
+    others = [job_id for job_id in selected if job_id not in lane_jobs]
+    if others:
+        _report_refused(request, action, dict.fromkeys(others, NOT_A_LANE_JOB))
     if action == "delete":
         _delete(request, queue, job_ids)
     elif action == "requeue":
