@@ -157,7 +157,7 @@ def _push_and_record_overlapped(p: PreparedJob) -> DispatchResult:
 
     def record() -> None:
         nonlocal recorded
-        recorded = guarded_writes.safe(records.insert_queued, [p.row])
+        recorded = guarded_writes.safe(records.insert_queued, [p.row], after_push=True)  # pushed meanwhile
 
     # On PostgreSQL the INSERT goes out first and the push is built, sent and read while the
     # database works (its ~200 us per row is the longer wait); elsewhere the row is written

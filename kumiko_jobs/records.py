@@ -37,8 +37,10 @@ logger = logging.getLogger("kumiko_jobs")
 
 def insert_queued(rows: Sequence[RunRow], *, after_push: bool = False) -> None:
     """Insert new runs' rows; a row a fast worker already created wins (ON CONFLICT DO NOTHING).
-    ``after_push``: the runs are in Redis already, so a worker may have written some of these
-    rows; a COPY then takes the path that skips them at once (run_rows.Statement.copy)."""
+    ``after_push``: the runs are in Redis already (or being pushed), so a worker may have
+    written some of these rows: one row found there gets the run's queue time back
+    (keep_queue_time; a batch's keep the worker's), and a COPY takes the path that skips them
+    at once (run_rows.Statement.copy)."""
     alias = router.db_for_write(JobRun)
     connection = connections[alias]
     statement = run_rows.statement(alias)
@@ -47,7 +49,7 @@ def insert_queued(rows: Sequence[RunRow], *, after_push: bool = False) -> None:
             inserted = pg_pipeline.execute(connection, statement.text_sql, statement.text_params(rows[0]))
         else:
             inserted = execute(connection, statement.sql(), statement.params(rows[0]))
-        if not inserted:
+        if not inserted and after_push:
             keep_queue_time(rows[0])
         return
     own_transaction = not connection.in_atomic_block
@@ -83,7 +85,7 @@ def start_insert_queued(row: RunRow) -> Callable[[], bool] | None:
         except DatabaseError:
             # A broken connection (replaced by wait) or a bad value: the usual insert says which,
             # and logs it; ON CONFLICT makes a second insert of a written row harmless.
-            return safe(insert_queued, [row])
+            return safe(insert_queued, [row], after_push=True)
         return True
 
     return wait

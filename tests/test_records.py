@@ -78,7 +78,7 @@ def test_a_dispatchers_late_insert_gives_a_row_a_worker_created_its_queue_time()
     assert JobRun.objects.get(pk=prepared.row.id).queued_at == later
     sent = records.start_insert_queued(prepared.row)  # the dispatcher's insert, late
     if sent is None:
-        records.insert_queued([prepared.row])  # not PostgreSQL's pipeline: the usual insert
+        records.insert_queued([prepared.row], after_push=True)  # not PostgreSQL's pipeline: the usual insert
     else:
         assert sent()
     run = JobRun.objects.get(pk=prepared.row.id)
