@@ -56,10 +56,11 @@ EXIT_MAX_JOBS = 76
 # A worker's exit when it recycles itself (a stuck job, a dead thread): restart me. Replaced
 # at once, not counted as a crash.
 EXIT_RECYCLE = 75
-# A child's exit when a boot gate refused the code it runs (runjobs exits with it): after a
-# SIGHUP's reload, the new release must not take traffic. The supervisor stops and exits with
-# it too, instead of restarting the child until it counts as a crash loop (exit 1), so a deploy
-# script or systemd's RestartPreventExitStatus=3 sees the gate's verdict.
+# runjobs' exit when a boot gate refused the code it runs (distinct from usage errors 1 and 2,
+# for deploy scripts). In a child after a SIGHUP's reload, the new release must not take
+# traffic: the supervisor stops and exits with it too, instead of restarting the child until it
+# counts as a crash loop (exit 1), so a deploy script or systemd's RestartPreventExitStatus=3
+# sees the gate's verdict.
 EXIT_BOOT_GATE_FAILED = 3
 
 

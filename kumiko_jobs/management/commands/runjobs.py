@@ -26,9 +26,6 @@ from kumiko_jobs.conf import redis_description
 from kumiko_jobs.connection import get_redis
 from kumiko_jobs.definitions import LANES
 
-# Exit status when a boot gate fails: distinct from usage errors (1, 2) for deploy scripts.
-
-
 # Job threads a process may run. Past it, a typo (--threads 10000) failed halfway through
 # start-up with "can't start new thread". Each thread holds a database connection of its own and
 # all share one GIL, so well before it more work wants --processes.
